@@ -1,0 +1,214 @@
+//! The HTTP API of SPEC.md as one axum router, shared by every deployment: `agentaddress serve`
+//! runs all of it on one port; each Lambda function runs the route groups it serves.
+//! Handlers parse, call one store operation, and map the result.
+
+pub mod dto;
+pub mod error;
+mod extract;
+mod handlers;
+pub mod openapi;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http::{header, HeaderValue, StatusCode};
+use serde::Serialize;
+use tokio::sync::watch;
+
+pub use error::ApiError;
+
+use crate::config::ServiceConfig;
+use crate::domain::{Clock, Limits, SystemClock};
+use crate::store::Store;
+
+/// Settings of the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub public_url: Option<String>,
+    pub email_domain: String,
+    pub limits: Limits,
+}
+
+impl From<&ServiceConfig> for ApiConfig {
+    fn from(c: &ServiceConfig) -> Self {
+        Self {
+            public_url: c.public_url.clone(),
+            email_domain: c.email_domain.clone(),
+            limits: c.limits(),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub config: Arc<ApiConfig>,
+    pub clock: Arc<dyn Clock>,
+    /// Turns `true` when the server is shutting down: waiting long polls answer at once.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// State with the system clock and a shutdown signal that never fires.
+    pub fn new(store: Arc<dyn Store>, config: ApiConfig) -> Self {
+        let (tx, rx) = watch::channel(false);
+        std::mem::forget(tx);
+        Self {
+            store,
+            config: Arc::new(config),
+            clock: Arc::new(SystemClock),
+            shutdown: rx,
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
+        self.shutdown = shutdown;
+        self
+    }
+}
+
+/// The route groups, one per Lambda function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteGroup {
+    /// `POST /api/v1/addresses`
+    CreateAddress,
+    /// `GET`, `DELETE {root}`
+    Address,
+    /// `POST {inbox_url}`
+    Inbox,
+    /// `GET {root}/events`, `GET {root}/events/{event_id}`, `POST .../ack`
+    Events,
+    /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
+    State,
+    /// `/healthz`, `/openapi.json`, `/skill.md`
+    Service,
+}
+
+impl RouteGroup {
+    pub const ALL: [RouteGroup; 6] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+    ];
+
+    fn routes(self) -> Router<AppState> {
+        use handlers::*;
+        let r = Router::new();
+        match self {
+            RouteGroup::CreateAddress => r.route("/api/v1/addresses", post(create_address)),
+            RouteGroup::Address => r.route(
+                "/api/v1/addresses/{address_id}",
+                get(inspect_address).delete(delete_address),
+            ),
+            RouteGroup::Inbox => {
+                r.route("/api/v1/inbox/{address_id}/{inbox_secret}", post(deliver))
+            }
+            RouteGroup::Events => r
+                .route("/api/v1/addresses/{address_id}/events", get(list_events))
+                .route(
+                    "/api/v1/addresses/{address_id}/events/{event_id}",
+                    get(get_event),
+                )
+                .route(
+                    "/api/v1/addresses/{address_id}/events/{event_id}/ack",
+                    post(ack_event),
+                ),
+            RouteGroup::State => r
+                .route("/api/v1/addresses/{address_id}/state", get(list_state))
+                .route(
+                    "/api/v1/addresses/{address_id}/state/{key}",
+                    get(get_state).put(put_state).delete(delete_state),
+                ),
+            RouteGroup::Service => r
+                .route("/healthz", get(healthz))
+                .route("/openapi.json", get(openapi_json))
+                .route("/skill.md", get(skill_md)),
+        }
+    }
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    router_for(&RouteGroup::ALL, state)
+}
+
+/// The routes of `groups`, with the JSON 404/405 answers, panic catching and request logs.
+pub fn router_for(groups: &[RouteGroup], state: AppState) -> Router {
+    let mut app = Router::new();
+    for g in groups {
+        app = app.merge(g.routes());
+    }
+    app.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(log_request))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("No such route.")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+fn on_panic(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::Internal("a handler panicked".into()).into_response()
+}
+
+/// One log line per request with the route template, never the concrete path: inbox URLs carry
+/// secrets, and headers (tokens) are never logged.
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "(unmatched)".into());
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16();
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if status >= 500 {
+        tracing::warn!(%method, %route, status, ms, "request");
+    } else {
+        tracing::info!(%method, %route, status, ms, "request");
+    }
+    response
+}
+
+pub(crate) const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";
+
+/// A JSON response with `Content-Type: application/json; charset=utf-8`.
+pub(crate) fn json_response<T: Serialize + ?Sized>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(JSON_CONTENT_TYPE),
+            )],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot serialize a response");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! The domain: ids, secrets, time, limits, validation and the inbox envelope rule.
+//! Pure code with no I/O, so every deployment applies exactly the same rules.
+
+pub mod envelope;
+pub mod ids;
+pub mod limits;
+pub mod state;
+pub mod time;
+
+pub use limits::Limits;
+pub use time::{Clock, ManualClock, Millis, SystemClock};
+
+/// A rule of the contract that an input breaks; the message is shown to the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl Invalid {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+/// Where an event came from (`ingress_surface` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ingress {
+    Http,
+    State,
+    Email,
+}
+
+impl Ingress {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ingress::Http => "http",
+            Ingress::State => "state",
+            Ingress::Email => "email",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "http" => Some(Ingress::Http),
+            "state" => Some(Ingress::State),
+            "email" => Some(Ingress::Email),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! In-process wake-ups for long polls: one `watch` channel per address carrying its last
+//! sequence, created when a poller subscribes and dropped when no poller is left.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+
+#[derive(Debug, Default)]
+pub struct FeedSignal {
+    senders: Mutex<HashMap<String, watch::Sender<u64>>>,
+}
+
+impl FeedSignal {
+    /// A receiver that changes when `notify` is called for `address_id` after this call.
+    pub fn subscribe(&self, address_id: &str) -> watch::Receiver<u64> {
+        let mut senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match senders.get(address_id) {
+            Some(tx) => tx.subscribe(),
+            None => {
+                let (tx, rx) = watch::channel(0);
+                senders.insert(address_id.to_owned(), tx);
+                rx
+            }
+        }
+    }
+
+    /// Wakes every poller of `address_id`. Called after the commit, never before.
+    pub fn notify(&self, address_id: &str, sequence: u64) {
+        let mut senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(tx) = senders.get(address_id) {
+            if tx.receiver_count() == 0 {
+                senders.remove(address_id);
+            } else {
+                tx.send_replace(sequence);
+            }
+        }
+    }
+
+    /// Drops channels nobody listens to any more.
+    pub fn prune(&self) {
+        self.senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|_, tx| tx.receiver_count() > 0);
+    }
+
+    /// Addresses with at least one channel (for tests and metrics).
+    pub fn len(&self) -> usize {
+        self.senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
