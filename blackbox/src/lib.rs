@@ -1,1 +1,243 @@
+//! The black-box HTTP suite: scenarios that walk an agent's life against any agentaddress
+//! deployment, given only its base URL. It depends on nothing but HTTP, so the same scenarios
+//! run against `agentaddress serve` and against the Lambda stack.
+//!
+//! Scenarios read the server's limits from `GET {root}` instead of assuming defaults, honour
+//! `429 Retry-After` when creating addresses, and panic with a clear message on a violation.
 #![forbid(unsafe_code)]
+
+pub mod scenarios;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// A response, read whole.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Resp {
+    /// `error.code` of an error answer, or `""`.
+    pub fn code(&self) -> &str {
+        self.json["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// Panics unless the status is `status`, showing the body.
+    #[track_caller]
+    pub fn expect_status(&self, status: u16, what: &str) -> &Self {
+        assert_eq!(
+            self.status, status,
+            "{what}: expected HTTP {status}, got {} with body {}",
+            self.status, self.text
+        );
+        self
+    }
+
+    /// Panics unless this is the error `code` with HTTP `status`.
+    #[track_caller]
+    pub fn expect_error(&self, status: u16, code: &str, what: &str) -> &Self {
+        self.expect_status(status, what);
+        assert_eq!(self.code(), code, "{what}: body {}", self.text);
+        assert!(
+            self.json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}: an error carries a message: {}",
+            self.text
+        );
+        self
+    }
+}
+
+/// An HTTP client bound to one deployment.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub base: String,
+    http: reqwest::Client,
+}
+
+/// An address as its creator holds it.
+#[derive(Debug, Clone)]
+pub struct Address {
+    pub id: String,
+    pub token: String,
+    pub inbox_url: String,
+    pub root: String,
+    pub events_url: String,
+    pub state_url: String,
+    pub created: Value,
+}
+
+impl Client {
+    pub fn new(base: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(40))
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"));
+        Self {
+            base: base.trim_end_matches('/').to_owned(),
+            http,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request; `path_or_url` may be absolute or a path under the base URL.
+    pub async fn send(
+        &self,
+        method: &str,
+        path_or_url: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Resp {
+        let url = if path_or_url.starts_with("http") {
+            path_or_url.to_owned()
+        } else {
+            self.url(path_or_url)
+        };
+        let method = reqwest::Method::from_bytes(method.as_bytes())
+            .unwrap_or_else(|e| panic!("bad method {method}: {e}"));
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.body(b);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {url} failed: {e}"));
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("reading the answer of {method} {url} failed: {e}"));
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+
+    pub async fn get(&self, url: &str, token: Option<&str>) -> Resp {
+        self.send("GET", url, token, &[], None).await
+    }
+
+    pub async fn json(&self, method: &str, url: &str, token: Option<&str>, body: &Value) -> Resp {
+        self.send(
+            method,
+            url,
+            token,
+            &[("content-type", "application/json")],
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// Creates an address, waiting out `429` answers (creation is rate limited per IP).
+    pub async fn create_address(&self, body: &Value) -> Address {
+        for _ in 0..5 {
+            let r = self.json("POST", "/api/v1/addresses", None, body).await;
+            if r.status == 429 {
+                let secs = r.json["error"]["retry_after_seconds"].as_u64().unwrap_or(5);
+                tokio::time::sleep(Duration::from_secs(secs.min(61))).await;
+                continue;
+            }
+            r.expect_status(201, "create address");
+            let s = |p: &str| {
+                r.json
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_else(|| panic!("create answer lacks {p}: {}", r.text))
+                    .to_owned()
+            };
+            let id = s("/address/id");
+            return Address {
+                root: format!("{}/api/v1/addresses/{id}", self.base),
+                events_url: s("/endpoints/events_url"),
+                state_url: s("/endpoints/state_url"),
+                inbox_url: s("/endpoints/inbox_url"),
+                token: s("/credentials/read_token"),
+                id,
+                created: r.json.clone(),
+            };
+        }
+        panic!("address creation stayed rate limited");
+    }
+
+    pub async fn new_address(&self) -> Address {
+        self.create_address(&json!({"name": "blackbox", "task_id": "suite"}))
+            .await
+    }
+
+    /// Delivers a JSON body to an inbox, with an optional Idempotency-Key.
+    pub async fn deliver(&self, a: &Address, body: &Value, key: Option<&str>) -> Resp {
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(k) = key {
+            headers.push(("idempotency-key", k));
+        }
+        self.send(
+            "POST",
+            &a.inbox_url,
+            None,
+            &headers,
+            Some(body.to_string().into_bytes()),
+        )
+        .await
+    }
+
+    /// One page of the feed.
+    pub async fn events(&self, a: &Address, query: &str) -> Resp {
+        self.get(&format!("{}?{query}", a.events_url), Some(&a.token))
+            .await
+    }
+
+    /// The whole feed from `after = 0`, following `next_cursor` (few requests: pages of 100).
+    pub async fn read_all(&self, a: &Address) -> Vec<Value> {
+        let mut after = 0u64;
+        let mut all = Vec::new();
+        loop {
+            let r = self.events(a, &format!("after={after}&limit=100")).await;
+            r.expect_status(200, "read the feed");
+            let events = r.json["events"].as_array().cloned().unwrap_or_default();
+            all.extend(events);
+            after = r.json["next_cursor"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("next_cursor missing: {}", r.text));
+            if !r.json["has_more"].as_bool().unwrap_or(false) {
+                return all;
+            }
+        }
+    }
+
+    /// The server's limits as `GET {root}` reports them.
+    pub async fn limits(&self, a: &Address) -> Value {
+        let r = self.get(&a.root, Some(&a.token)).await;
+        r.expect_status(200, "inspect address");
+        r.json["limits"].clone()
+    }
+}
+
+/// A deployment whose process can be stopped and started again on the same data.
+pub trait Restartable: Send {
+    /// Stops the server abruptly (as a crash would) and starts it again on the same data and
+    /// base URL; returns once it answers.
+    fn restart(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
