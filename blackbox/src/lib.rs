@@ -203,6 +203,29 @@ impl Client {
         .await
     }
 
+    /// Like [`Client::deliver`], but `None` when the request fails at the transport level (the
+    /// server went away), for crash tests.
+    pub async fn try_deliver(&self, a: &Address, body: &Value, key: Option<&str>) -> Option<Resp> {
+        let mut req = self
+            .http
+            .post(&a.inbox_url)
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let resp = req.send().await.ok()?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.ok()?;
+        Some(Resp {
+            status,
+            headers,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            json: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        })
+    }
+
     /// One page of the feed.
     pub async fn events(&self, a: &Address, query: &str) -> Resp {
         self.get(&format!("{}?{query}", a.events_url), Some(&a.token))

@@ -19,7 +19,9 @@ fn seqs(events: &[Value]) -> Vec<u64> {
 /// / conflict / delete → the matching state events → wrong token → delete address.
 pub async fn agent_life(c: &Client) {
     let a = c
-        .create_address(&json!({"name": "deploy watcher", "task_id": "task-42", "expires_in_seconds": 3600}))
+        .create_address(
+            &json!({"name": "deploy watcher", "task_id": "task-42", "expires_in_seconds": 3600}),
+        )
         .await;
     let created = &a.created;
     assert!(a.id.starts_with("addr_"), "{}", created);
@@ -36,7 +38,10 @@ pub async fn agent_life(c: &Client) {
     // An empty feed answers at once without wait.
     let r = c.events(&a, "after=0").await;
     r.expect_status(200, "empty feed");
-    assert_eq!(r.json, json!({"events": [], "next_cursor": 0, "has_more": false}));
+    assert_eq!(
+        r.json,
+        json!({"events": [], "next_cursor": 0, "has_more": false})
+    );
 
     // First delivery, then its duplicate.
     let body = json!({"type": "demo.callback", "source": "ci", "data": {"build": 7, "ok": true}});
@@ -87,7 +92,10 @@ pub async fn agent_life(c: &Client) {
     let (r, _) = poller.await.unwrap_or_else(|e| panic!("poller task: {e}"));
     let woke_after = delivered_at.elapsed();
     r.expect_status(200, "long poll");
-    assert_eq!(seqs(r.json["events"].as_array().map_or(&[][..], |v| v)), vec![2]);
+    assert_eq!(
+        seqs(r.json["events"].as_array().map_or(&[][..], |v| v)),
+        vec![2]
+    );
     assert!(
         woke_after < Duration::from_secs(5),
         "the long poll must wake on delivery, not at its deadline (took {woke_after:?})"
@@ -121,7 +129,12 @@ pub async fn agent_life(c: &Client) {
     // State: create-only, conflict, CAS, unconditional, delete.
     let key_url = format!("{}/progress", a.state_url);
     let r = c
-        .json("PUT", &key_url, Some(&a.token), &json!({"value": {"step": 1}, "if_revision": 0}))
+        .json(
+            "PUT",
+            &key_url,
+            Some(&a.token),
+            &json!({"value": {"step": 1}, "if_revision": 0}),
+        )
         .await;
     r.expect_status(200, "create-only put");
     let rev1 = r.json["revision"].as_u64().unwrap_or(0);
@@ -129,18 +142,33 @@ pub async fn agent_life(c: &Client) {
     assert_eq!(r.json["event"]["sequence"], rev1);
     assert_eq!(r.json["value"], json!({"step": 1}));
     let r = c
-        .json("PUT", &key_url, Some(&a.token), &json!({"value": {"step": 9}, "if_revision": 0}))
+        .json(
+            "PUT",
+            &key_url,
+            Some(&a.token),
+            &json!({"value": {"step": 9}, "if_revision": 0}),
+        )
         .await;
     r.expect_error(409, "revision_conflict", "create-only on an existing key");
     assert_eq!(r.json["error"]["current_revision"], rev1);
     let r = c
-        .json("PUT", &key_url, Some(&a.token), &json!({"value": {"step": 2}, "if_revision": rev1}))
+        .json(
+            "PUT",
+            &key_url,
+            Some(&a.token),
+            &json!({"value": {"step": 2}, "if_revision": rev1}),
+        )
         .await;
     r.expect_status(200, "CAS put");
     let rev2 = r.json["revision"].as_u64().unwrap_or(0);
     assert_eq!(rev2, 4);
     let r = c
-        .json("PUT", &key_url, Some(&a.token), &json!({"value": {"step": 3}, "if_revision": rev1}))
+        .json(
+            "PUT",
+            &key_url,
+            Some(&a.token),
+            &json!({"value": {"step": 3}, "if_revision": rev1}),
+        )
         .await;
     r.expect_error(409, "revision_conflict", "stale CAS");
     assert_eq!(r.json["error"]["current_revision"], rev2);
@@ -149,7 +177,10 @@ pub async fn agent_life(c: &Client) {
             "PUT",
             &key_url,
             Some(&a.token),
-            &[("content-type", "application/json"), ("if-match", &rev2.to_string())],
+            &[
+                ("content-type", "application/json"),
+                ("if-match", &rev2.to_string()),
+            ],
             Some(br#"{"value": {"step": 3}}"#.to_vec()),
         )
         .await;
@@ -166,12 +197,24 @@ pub async fn agent_life(c: &Client) {
     assert_eq!(r.json["keys"][0]["revision"], rev3);
     assert_eq!(r.json["keys"][0]["size"], 8 + 10 + 64);
     let r = c
-        .send("DELETE", &format!("{key_url}?if_revision={rev2}"), Some(&a.token), &[], None)
+        .send(
+            "DELETE",
+            &format!("{key_url}?if_revision={rev2}"),
+            Some(&a.token),
+            &[],
+            None,
+        )
         .await;
     r.expect_error(409, "revision_conflict", "stale delete");
     assert_eq!(r.json["error"]["current_revision"], rev3);
     let r = c
-        .send("DELETE", &format!("{key_url}?if_revision={rev3}"), Some(&a.token), &[], None)
+        .send(
+            "DELETE",
+            &format!("{key_url}?if_revision={rev3}"),
+            Some(&a.token),
+            &[],
+            None,
+        )
         .await;
     r.expect_status(200, "delete key");
     assert_eq!(r.json["deleted"], true);
@@ -185,19 +228,40 @@ pub async fn agent_life(c: &Client) {
 
     // The feed holds exactly the matching state events, atomically with the writes.
     let all = c.read_all(&a).await;
-    assert_eq!(seqs(&all), (1..=rev_del).collect::<Vec<_>>(), "gapless feed");
+    assert_eq!(
+        seqs(&all),
+        (1..=rev_del).collect::<Vec<_>>(),
+        "gapless feed"
+    );
     let state_events: Vec<(String, Value)> = all
         .iter()
         .filter(|e| e["ingress_surface"] == "state")
-        .map(|e| (e["type"].as_str().unwrap_or("").to_owned(), e["data"].clone()))
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or("").to_owned(),
+                e["data"].clone(),
+            )
+        })
         .collect();
     assert_eq!(
         state_events,
         vec![
-            ("state.updated".into(), json!({"key": "progress", "revision": rev1, "value": {"step": 1}})),
-            ("state.updated".into(), json!({"key": "progress", "revision": rev2, "value": {"step": 2}})),
-            ("state.updated".into(), json!({"key": "progress", "revision": rev3, "value": {"step": 3}})),
-            ("state.deleted".into(), json!({"key": "progress", "revision": rev_del})),
+            (
+                "state.updated".into(),
+                json!({"key": "progress", "revision": rev1, "value": {"step": 1}})
+            ),
+            (
+                "state.updated".into(),
+                json!({"key": "progress", "revision": rev2, "value": {"step": 2}})
+            ),
+            (
+                "state.updated".into(),
+                json!({"key": "progress", "revision": rev3, "value": {"step": 3}})
+            ),
+            (
+                "state.deleted".into(),
+                json!({"key": "progress", "revision": rev_del})
+            ),
         ]
     );
     for e in all.iter().filter(|e| e["ingress_surface"] == "state") {
@@ -241,15 +305,20 @@ pub async fn agent_life(c: &Client) {
     assert_eq!(r.json["usage"]["state_keys"], 0);
     assert_eq!(r.json["address"]["id"], a.id.as_str());
     assert!(
-        !r.text.contains(&a.token) && !r.text.contains(a.inbox_url.rsplit('/').next().unwrap_or("-")),
+        !r.text.contains(&a.token)
+            && !r
+                .text
+                .contains(a.inbox_url.rsplit('/').next().unwrap_or("-")),
         "secrets are shown once only"
     );
     c.send("DELETE", &a.root, Some(&a.token), &[], None)
         .await
         .expect_status(204, "delete address");
-    c.get(&a.events_url, Some(&a.token))
-        .await
-        .expect_error(410, "address_gone", "events after delete");
+    c.get(&a.events_url, Some(&a.token)).await.expect_error(
+        410,
+        "address_gone",
+        "events after delete",
+    );
     c.get(&key_url, Some(&a.token))
         .await
         .expect_error(410, "address_gone", "state after delete");
@@ -259,9 +328,11 @@ pub async fn agent_life(c: &Client) {
     c.deliver(&a, &json!({"late": true}), None)
         .await
         .expect_error(410, "address_gone", "inbox after delete");
-    c.get(&a.events_url, Some(&b.token))
-        .await
-        .expect_error(401, "unauthorized", "wrong token on a deleted address");
+    c.get(&a.events_url, Some(&b.token)).await.expect_error(
+        401,
+        "unauthorized",
+        "wrong token on a deleted address",
+    );
     c.get(&b.events_url, Some(&b.token))
         .await
         .expect_status(200, "other addresses are untouched");
@@ -279,39 +350,81 @@ pub async fn limits(c: &Client) {
     let polls = limits["polls_per_minute"].as_u64().unwrap_or(30);
 
     // The inbox takes exactly its limit, byte-identical, and refuses one byte more.
-    let text: String = (0..max_inbox).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+    let text: String = (0..max_inbox)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
     let r = c
-        .send("POST", &a.inbox_url, None, &[("content-type", "text/plain")], Some(text.clone().into_bytes()))
+        .send(
+            "POST",
+            &a.inbox_url,
+            None,
+            &[("content-type", "text/plain")],
+            Some(text.clone().into_bytes()),
+        )
         .await;
     r.expect_status(202, "inbox body at the limit");
     let id = r.json["event"]["id"].as_str().unwrap_or("").to_owned();
-    let r = c.get(&format!("{}/events/{id}", a.root), Some(&a.token)).await;
+    let r = c
+        .get(&format!("{}/events/{id}", a.root), Some(&a.token))
+        .await;
     r.expect_status(200, "read the big event");
-    assert_eq!(r.json["event"]["data"]["text"].as_str().map(str::len), Some(max_inbox));
-    assert!(r.json["event"]["data"]["text"] == text.as_str(), "byte-identical");
+    assert_eq!(
+        r.json["event"]["data"]["text"].as_str().map(str::len),
+        Some(max_inbox)
+    );
+    assert!(
+        r.json["event"]["data"]["text"] == text.as_str(),
+        "byte-identical"
+    );
     let mut over = text.into_bytes();
     over.push(b'!');
-    c.send("POST", &a.inbox_url, None, &[("content-type", "text/plain")], Some(over))
-        .await
-        .expect_error(413, "payload_too_large", "inbox body over the limit");
+    c.send(
+        "POST",
+        &a.inbox_url,
+        None,
+        &[("content-type", "text/plain")],
+        Some(over),
+    )
+    .await
+    .expect_error(413, "payload_too_large", "inbox body over the limit");
 
     // State: keys, bytes, a value that can never fit.
     let s = c.new_address().await;
     for k in 0..max_keys {
-        c.json("PUT", &format!("{}/k{k}", s.state_url), Some(&s.token), &json!({"value": k}))
-            .await
-            .expect_status(200, "put within the key limit");
+        c.json(
+            "PUT",
+            &format!("{}/k{k}", s.state_url),
+            Some(&s.token),
+            &json!({"value": k}),
+        )
+        .await
+        .expect_status(200, "put within the key limit");
     }
-    c.json("PUT", &format!("{}/one-more", s.state_url), Some(&s.token), &json!({"value": 1}))
-        .await
-        .expect_error(409, "state_limit_exceeded", "one key too many");
-    c.json("PUT", &format!("{}/k0", s.state_url), Some(&s.token), &json!({"value": "overwrite"}))
-        .await
-        .expect_status(200, "overwriting an existing key needs no new key");
+    c.json(
+        "PUT",
+        &format!("{}/one-more", s.state_url),
+        Some(&s.token),
+        &json!({"value": 1}),
+    )
+    .await
+    .expect_error(409, "state_limit_exceeded", "one key too many");
+    c.json(
+        "PUT",
+        &format!("{}/k0", s.state_url),
+        Some(&s.token),
+        &json!({"value": "overwrite"}),
+    )
+    .await
+    .expect_status(200, "overwriting an existing key needs no new key");
     let huge = "x".repeat(max_bytes as usize);
-    c.json("PUT", &format!("{}/k1", s.state_url), Some(&s.token), &json!({"value": huge}))
-        .await
-        .expect_error(413, "payload_too_large", "a value that can never fit");
+    c.json(
+        "PUT",
+        &format!("{}/k1", s.state_url),
+        Some(&s.token),
+        &json!({"value": huge}),
+    )
+    .await
+    .expect_error(413, "payload_too_large", "a value that can never fit");
     let r = c.get(&s.state_url, Some(&s.token)).await;
     let used = r.json["state_bytes"].as_u64().unwrap_or(0);
     let room = max_bytes - used;
@@ -319,13 +432,23 @@ pub async fn limits(c: &Client) {
     // which grows the total by L + 1: L = room is one byte over, L = room - 1 fits exactly.
     let grow = "y".repeat(room as usize);
     let r = c
-        .json("PUT", &format!("{}/k1", s.state_url), Some(&s.token), &json!({"value": grow}))
+        .json(
+            "PUT",
+            &format!("{}/k1", s.state_url),
+            Some(&s.token),
+            &json!({"value": grow}),
+        )
         .await;
     r.expect_error(409, "state_limit_exceeded", "bytes over the limit");
     let fits = "y".repeat(room as usize - 1);
-    c.json("PUT", &format!("{}/k1", s.state_url), Some(&s.token), &json!({"value": fits}))
-        .await
-        .expect_status(200, "exactly at the byte limit");
+    c.json(
+        "PUT",
+        &format!("{}/k1", s.state_url),
+        Some(&s.token),
+        &json!({"value": fits}),
+    )
+    .await
+    .expect_status(200, "exactly at the byte limit");
     let r = c.get(&s.state_url, Some(&s.token)).await;
     assert_eq!(r.json["state_bytes"], max_bytes, "{}", r.text);
 
@@ -349,15 +472,26 @@ pub async fn limits(c: &Client) {
     c.deliver(&q, &json!({"n": "over"}), None)
         .await
         .expect_error(409, "quota_exceeded", "delivery over quota");
-    c.json("PUT", &format!("{}/k", q.state_url), Some(&q.token), &json!({"value": 1}))
-        .await
-        .expect_error(409, "quota_exceeded", "state write on a full feed");
+    c.json(
+        "PUT",
+        &format!("{}/k", q.state_url),
+        Some(&q.token),
+        &json!({"value": 1}),
+    )
+    .await
+    .expect_error(409, "quota_exceeded", "state write on a full feed");
     let all = c.read_all(&q).await;
     assert_eq!(seqs(&all), (1..=quota).collect::<Vec<_>>());
     let acked = all[0]["id"].as_str().unwrap_or("").to_owned();
-    c.send("POST", &format!("{}/events/{acked}/ack", q.root), Some(&q.token), &[], None)
-        .await
-        .expect_status(200, "ack");
+    c.send(
+        "POST",
+        &format!("{}/events/{acked}/ack", q.root),
+        Some(&q.token),
+        &[],
+        None,
+    )
+    .await
+    .expect_status(200, "ack");
     c.deliver(&q, &json!({"n": "still over"}), None)
         .await
         .expect_error(409, "quota_exceeded", "acking does not free quota");
@@ -374,7 +508,10 @@ pub async fn limits(c: &Client) {
         r.expect_status(200, "poll within the rate limit");
     }
     let (i, r) = limited.unwrap_or_else(|| panic!("no 429 after {} polls", polls + 2));
-    assert!(i >= polls.saturating_sub(1) && i <= polls, "limited at poll {i} of {polls}");
+    assert!(
+        i >= polls.saturating_sub(1) && i <= polls,
+        "limited at poll {i} of {polls}"
+    );
     r.expect_error(429, "rate_limited", "poll rate limit");
     let secs = r.json["error"]["retry_after_seconds"].as_u64().unwrap_or(0);
     assert!((1..=60).contains(&secs), "{}", r.text);
@@ -396,7 +533,11 @@ pub async fn survives_restart(c: &Client, server: Option<&mut dyn Restartable>) 
     let mut expected = Vec::new();
     for n in 0..20 {
         let r = c
-            .deliver(&a, &json!({"type": "job.done", "data": {"n": n}}), Some(&format!("job-{n}")))
+            .deliver(
+                &a,
+                &json!({"type": "job.done", "data": {"n": n}}),
+                Some(&format!("job-{n}")),
+            )
             .await;
         r.expect_status(202, "delivery");
         expected.push(r.json["event"]["id"].as_str().unwrap_or("").to_owned());
@@ -406,7 +547,12 @@ pub async fn survives_restart(c: &Client, server: Option<&mut dyn Restartable>) 
     r.expect_status(200, "ack");
     let acked_at = r.json["event"]["acknowledged_at"].clone();
     let w = c
-        .json("PUT", &format!("{}/cursor", a.state_url), Some(&a.token), &json!({"value": {"after": 20}, "if_revision": 0}))
+        .json(
+            "PUT",
+            &format!("{}/cursor", a.state_url),
+            Some(&a.token),
+            &json!({"value": {"after": 20}, "if_revision": 0}),
+        )
         .await;
     w.expect_status(200, "state write");
 
@@ -424,15 +570,24 @@ pub async fn survives_restart(c: &Client, server: Option<&mut dyn Restartable>) 
         .filter(|e| e["type"] == "job.done")
         .map(|e| e["id"].as_str().unwrap_or("").to_owned())
         .collect();
-    assert_eq!(ids, expected, "every acknowledged delivery survives, in order");
+    assert_eq!(
+        ids, expected,
+        "every acknowledged delivery survives, in order"
+    );
     assert_eq!(seqs(&all), (1..=21).collect::<Vec<_>>());
     assert_eq!(all[3]["acknowledged_at"], acked_at);
-    let r = c.get(&format!("{}/cursor", a.state_url), Some(&a.token)).await;
+    let r = c
+        .get(&format!("{}/cursor", a.state_url), Some(&a.token))
+        .await;
     r.expect_status(200, "state after restart");
     assert_eq!(r.json["value"], json!({"after": 20}));
     assert_eq!(r.json["revision"], w.json["revision"]);
     let dup = c
-        .deliver(&a, &json!({"type": "job.done", "data": {"n": 5}}), Some("job-5"))
+        .deliver(
+            &a,
+            &json!({"type": "job.done", "data": {"n": 5}}),
+            Some("job-5"),
+        )
         .await;
     dup.expect_status(200, "idempotency keys survive");
     assert_eq!(dup.json["event"]["id"], expected[5].as_str());
@@ -447,9 +602,14 @@ pub async fn survives_restart(c: &Client, server: Option<&mut dyn Restartable>) 
 pub async fn concurrent_cas_increments(c: &Client, clients: usize, attempts: usize) {
     let a = c.new_address().await;
     let key = format!("{}/counter", a.state_url);
-    c.json("PUT", &key, Some(&a.token), &json!({"value": 0, "if_revision": 0}))
-        .await
-        .expect_status(200, "initial write");
+    c.json(
+        "PUT",
+        &key,
+        Some(&a.token),
+        &json!({"value": 0, "if_revision": 0}),
+    )
+    .await
+    .expect_status(200, "initial write");
     let workers: Vec<_> = (0..clients)
         .map(|_| {
             let c = c.clone();
@@ -464,7 +624,12 @@ pub async fn concurrent_cas_increments(c: &Client, clients: usize, attempts: usi
                     let n = r.json["value"].as_u64().unwrap_or(u64::MAX);
                     let rev = r.json["revision"].as_u64().unwrap_or(0);
                     let w = c
-                        .json("PUT", &key, Some(&a.token), &json!({"value": n + 1, "if_revision": rev}))
+                        .json(
+                            "PUT",
+                            &key,
+                            Some(&a.token),
+                            &json!({"value": n + 1, "if_revision": rev}),
+                        )
                         .await;
                     match w.status {
                         200 => ok += 1,
@@ -494,7 +659,11 @@ pub async fn concurrent_cas_increments(c: &Client, clients: usize, attempts: usi
         "no lost update: final value = number of 200s ({successes} ok, {conflicts} conflicts)"
     );
     let all = c.read_all(&a).await;
-    assert_eq!(seqs(&all), (1..=successes + 1).collect::<Vec<_>>(), "gapless");
+    assert_eq!(
+        seqs(&all),
+        (1..=successes + 1).collect::<Vec<_>>(),
+        "gapless"
+    );
     let values: Vec<u64> = all
         .iter()
         .map(|e| {
@@ -503,7 +672,11 @@ pub async fn concurrent_cas_increments(c: &Client, clients: usize, attempts: usi
             e["data"]["value"].as_u64().unwrap_or(u64::MAX)
         })
         .collect();
-    assert_eq!(values, (0..=successes).collect::<Vec<_>>(), "increments in feed order");
+    assert_eq!(
+        values,
+        (0..=successes).collect::<Vec<_>>(),
+        "increments in feed order"
+    );
     assert_eq!(r.json["revision"].as_u64(), Some(successes + 1));
     let ids: BTreeSet<&str> = all.iter().filter_map(|e| e["id"].as_str()).collect();
     assert_eq!(ids.len(), all.len(), "one sequence is one event");
@@ -514,14 +687,24 @@ pub async fn service_routes(c: &Client) {
     let r = c.get("/healthz", None).await;
     r.expect_status(200, "healthz");
     assert_eq!(r.json["status"], "ok");
-    assert!(r.json["store"] == "sqlite" || r.json["store"] == "dynamodb", "{}", r.text);
+    assert!(
+        r.json["store"] == "sqlite" || r.json["store"] == "dynamodb",
+        "{}",
+        r.text
+    );
     assert!(r.json["version"].is_string());
-    let ct = r.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let ct = r
+        .headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     assert_eq!(ct, "application/json; charset=utf-8");
 
     let r = c.get("/openapi.json", None).await;
     r.expect_status(200, "openapi");
-    assert!(r.json["openapi"].as_str().is_some_and(|v| v.starts_with("3.1")));
+    assert!(r.json["openapi"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("3.1")));
     for path in [
         "/api/v1/addresses",
         "/api/v1/addresses/{address_id}",
@@ -537,10 +720,18 @@ pub async fn service_routes(c: &Client) {
 
     let r = c.get("/skill.md", None).await;
     r.expect_status(200, "skill.md");
-    for needle in ["/api/v1/addresses", "credentials.read_token", "next_cursor", "ack"] {
+    for needle in [
+        "/api/v1/addresses",
+        "credentials.read_token",
+        "next_cursor",
+        "ack",
+    ] {
         assert!(r.text.contains(needle), "skill.md lacks {needle}");
     }
-    assert!(r.text.contains(&format!("{}/api/v1/addresses", c.base)), "skill.md names the base URL");
+    assert!(
+        r.text.contains(&format!("{}/api/v1/addresses", c.base)),
+        "skill.md names the base URL"
+    );
 
     c.get("/api/v1/nothing-here", None)
         .await

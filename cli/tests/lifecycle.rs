@@ -1,0 +1,186 @@
+//! Process-level behaviour of `agentaddress serve`: graceful shutdown on SIGTERM/SIGINT, and
+//! durability across SIGKILL at an arbitrary moment under load.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentaddress_blackbox::Client;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+async fn spawn(db: &Path, listen: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .args([
+            "serve",
+            "--listen",
+            listen,
+            "--creations-per-minute",
+            "1000",
+            "--db",
+        ])
+        .arg(db)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start agentaddress serve");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("server starts within 30 s")
+        .expect("read stdout")
+        .expect("server printed its address");
+    let base = line
+        .strip_prefix("agentaddress listening on ")
+        .expect("listening line")
+        .to_owned();
+    (child, base)
+}
+
+fn signal(child: &Child, sig: &str) {
+    let pid = child.id().expect("server pid");
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+async fn graceful(sig: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (mut child, base) = spawn(&dir.path().join("a.db"), "127.0.0.1:0").await;
+    let c = Client::new(&base);
+    let a = c.new_address().await;
+    let poller = {
+        let c = c.clone();
+        let a = a.clone();
+        tokio::spawn(async move { c.events(&a, "after=0&wait=25").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signalled = Instant::now();
+    signal(&child, sig);
+    let r = poller.await.expect("poller task");
+    assert_eq!(r.status, 200, "a waiting long poll is answered: {}", r.text);
+    assert_eq!(r.json["events"], json!([]));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "answered at shutdown, not at the wait deadline"
+    );
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the server exits after shutdown")
+        .expect("wait");
+    assert!(status.success(), "clean exit: {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_answers_waiting_polls_and_exits_cleanly() {
+    graceful("-TERM").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigint_answers_waiting_polls_and_exits_cleanly() {
+    graceful("-INT").await;
+}
+
+/// Eight senders deliver as fast as they can; the server is SIGKILLed mid-stream, three times.
+/// Every delivery answered 202 before a kill is in the feed afterwards with the same id and
+/// sequence, the feed is gapless, and retried keys are answered as duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigkill_under_load_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("crash.db");
+    let (mut child, base) = spawn(&db, "127.0.0.1:0").await;
+    let listen = base.trim_start_matches("http://").to_owned();
+    let c = Client::new(&base);
+    let addresses = vec![c.new_address().await, c.new_address().await];
+    let mut acknowledged: BTreeMap<String, (String, String, u64)> = BTreeMap::new();
+    for round in 0..3 {
+        let senders: Vec<_> = (0..8)
+            .map(|s| {
+                let c = c.clone();
+                let a = addresses[s % 2].clone();
+                tokio::spawn(async move {
+                    let mut ok = Vec::new();
+                    for n in 0.. {
+                        let key = format!("r{round}-s{s}-n{n}");
+                        let body = json!({"type": "load", "data": {"key": key}});
+                        let r = match tokio::time::timeout(
+                            Duration::from_secs(5),
+                            c.try_deliver(&a, &body, Some(&key)),
+                        )
+                        .await
+                        {
+                            Ok(Some(r)) => r,
+                            _ => break,
+                        };
+                        if r.status != 202 {
+                            break;
+                        }
+                        let id = r.json["event"]["id"].as_str().unwrap_or("").to_owned();
+                        let seq = r.json["event"]["sequence"].as_u64().unwrap_or(0);
+                        ok.push((key, a.id.clone(), id, seq));
+                    }
+                    ok
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(250 + 150 * round)).await;
+        child.start_kill().expect("SIGKILL");
+        child.wait().await.expect("reap");
+        for s in senders {
+            for (key, addr, id, seq) in s.await.expect("sender") {
+                acknowledged.insert(key, (addr, id, seq));
+            }
+        }
+        let (next, next_base) = spawn(&db, &listen).await;
+        assert_eq!(next_base, base, "restarted on the same port");
+        child = next;
+    }
+    assert!(
+        acknowledged.len() > 100,
+        "load was applied: {}",
+        acknowledged.len()
+    );
+    let c = Client::new(&base);
+    for a in &addresses {
+        let feed = c.read_all(a).await;
+        let seqs: Vec<u64> = feed.iter().filter_map(|e| e["sequence"].as_u64()).collect();
+        assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gapless");
+        let by_key: BTreeMap<String, (String, u64)> = feed
+            .iter()
+            .map(|e| {
+                (
+                    e["data"]["key"].as_str().unwrap_or("").to_owned(),
+                    (
+                        e["id"].as_str().unwrap_or("").to_owned(),
+                        e["sequence"].as_u64().unwrap_or(0),
+                    ),
+                )
+            })
+            .collect();
+        assert_eq!(by_key.len(), feed.len(), "each key produced one event");
+        for (key, (addr, id, seq)) in &acknowledged {
+            if addr == &a.id {
+                assert_eq!(
+                    by_key.get(key),
+                    Some(&(id.clone(), *seq)),
+                    "acknowledged delivery {key} survived the crash"
+                );
+            }
+        }
+    }
+    let (key, (addr, id, _)) = acknowledged.iter().next().expect("one delivery");
+    let a = addresses.iter().find(|a| &a.id == addr).expect("address");
+    let body = json!({"type": "load", "data": {"key": key}});
+    let r = c.deliver(a, &body, Some(key)).await;
+    assert_eq!(
+        r.status, 200,
+        "a retried key is a duplicate after the crash"
+    );
+    assert_eq!(r.json["event"]["id"], id.as_str());
+}
