@@ -982,11 +982,7 @@ async fn inbox_idempotency_key_dedupes_and_detects_reuse() {
     let t = TestApp::new();
     let a = t.create().await;
     let body = json!({"type": "job.done", "data": {"id": 7}});
-    let send = |b: &Value, key: &str| {
-        post(&a.inbox)
-            .json(b)
-            .header("idempotency-key", key.to_owned())
-    };
+    let send = |b: &Value, key: &str| post(&a.inbox).json(b).header("idempotency-key", key);
     let first = t.send(send(&body, "delivery-1")).await;
     let first = first.ok(StatusCode::ACCEPTED).clone();
     assert_eq!(first["duplicate"], false);
