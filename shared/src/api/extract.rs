@@ -92,7 +92,7 @@ pub async fn authenticate(
     if !ids::is_valid_id(address_id) {
         return Err(ApiError::Unauthorized);
     }
-    let record = state.store.get_address(address_id).await?;
+    let record = state.store.get_address(address_id, now).await?;
     let Some(record) = record else {
         ids::verify_secret(token, DUMMY_HASH);
         return Err(ApiError::Unauthorized);

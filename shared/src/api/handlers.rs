@@ -179,7 +179,7 @@ pub async fn deliver(
     }
     let record = state
         .store
-        .get_address(&address_id)
+        .get_address(&address_id, now)
         .await?
         .ok_or_else(unknown)?;
     if !ids::verify_secret(&inbox_secret, &record.inbox_hash) {

@@ -68,7 +68,7 @@ async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> AddressRe
     };
     store.create_address(a).await.expect("create address");
     store
-        .get_address(&id)
+        .get_address(&id, T0)
         .await
         .expect("get address")
         .expect("address exists")
@@ -130,12 +130,12 @@ pub async fn create_and_get_address(store: &dyn Store) {
         Err(StoreError::AddressExists)
     );
     let still = store
-        .get_address(&a.id)
+        .get_address(&a.id, T0)
         .await
         .expect("get")
         .expect("exists");
     assert!(ids::verify_secret("token", &still.token_hash));
-    assert_eq!(store.get_address("addr_unknown").await.expect("get"), None);
+    assert_eq!(store.get_address("addr_unknown", T0).await.expect("get"), None);
     let u = store.usage(&a.id, &limits(), T0).await.expect("usage");
     assert_eq!((u.last_sequence, u.retained_events), (0, 0));
 }
@@ -616,7 +616,7 @@ pub async fn delete_address_hides_everything(store: &dyn Store) {
         .expect("put");
     store.delete_address(&a.id, T0 + SEC).await.expect("delete");
     let tomb = store
-        .get_address(&a.id)
+        .get_address(&a.id, T0)
         .await
         .expect("get")
         .expect("a tombstone remains");
@@ -700,7 +700,7 @@ pub async fn expired_address_is_gone(store: &dyn Store) {
         Err(StoreError::AddressGone)
     );
     let rec = store
-        .get_address(&a.id)
+        .get_address(&a.id, T0)
         .await
         .expect("get")
         .expect("record");
@@ -708,39 +708,39 @@ pub async fn expired_address_is_gone(store: &dyn Store) {
 }
 
 pub async fn sweep_removes_expired_data_and_old_tombstones(store: &dyn Store) {
+    // Retention 10 days; tombstones kept the default 30 days.
     let l = Limits {
-        tombstone_seconds: 40 * 86_400,
+        event_retention_seconds: 10 * 86_400,
         ..limits()
     };
     let kept = new_address(store, None).await;
     let deleted = new_address(store, None).await;
     let expiring = new_address(store, Some(T0 + DAY)).await;
-    append(store, &kept.id, 1, T0).await;
-    append(store, &kept.id, 2, T0 + 2 * DAY).await;
-    append(store, &expiring.id, 1, T0).await;
+    for (id, n, at) in [(&kept.id, 1, T0), (&kept.id, 2, T0 + 2 * DAY), (&expiring.id, 1, T0)] {
+        store
+            .append_event(id, event(n), None, &l, at)
+            .await
+            .expect("append");
+    }
     store.delete_address(&deleted.id, T0).await.expect("delete");
-    let now = T0 + l.retention_ms() + DAY;
+    let now = T0 + 11 * DAY;
     store.sweep(&l, now).await.expect("sweep");
-    let page = store
-        .read_events(&kept.id, 0, 10, MIB4, now)
-        .await
-        .expect("read");
+    let page = store.read_events(&kept.id, 0, 10, MIB4, now).await.expect("read");
     let seqs: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
     assert_eq!(seqs, vec![2]);
     assert_eq!(store.last_sequence(&kept.id, now).await, Ok(2));
-    assert!(store.get_address(&deleted.id).await.expect("get").is_some());
-    assert!(store
-        .get_address(&expiring.id)
-        .await
-        .expect("get")
-        .is_some());
+    assert!(store.get_address(&deleted.id, now).await.expect("get").is_some());
+    assert!(store.get_address(&expiring.id, now).await.expect("get").is_some());
     let later = T0 + DAY + l.tombstone_ms() + SEC;
     store.sweep(&l, later).await.expect("sweep");
-    assert_eq!(store.get_address(&deleted.id).await.expect("get"), None);
-    assert_eq!(store.get_address(&expiring.id).await.expect("get"), None);
-    assert!(store.get_address(&kept.id).await.expect("get").is_some());
-    let e = append(store, &kept.id, 3, later).await;
-    assert_eq!(e.sequence, 3, "sequences never restart after a sweep");
+    assert_eq!(store.get_address(&deleted.id, later).await.expect("get"), None);
+    assert_eq!(store.get_address(&expiring.id, later).await.expect("get"), None);
+    assert!(store.get_address(&kept.id, later).await.expect("get").is_some());
+    let e = store
+        .append_event(&kept.id, event(3), None, &l, later)
+        .await
+        .expect("append");
+    assert_eq!(e.event.sequence, 3, "sequences never restart after a sweep");
 }
 
 pub async fn rate_limit_windows(store: &dyn Store) {

@@ -226,9 +226,10 @@ pub trait Store: Send + Sync + 'static {
     /// id is taken.
     async fn create_address(&self, address: NewAddress) -> StoreResult<()>;
 
-    /// The address as stored, tombstones included; `None` once it is forgotten. No liveness
-    /// check: callers authenticate with it and judge [`AddressRecord::is_gone`] themselves.
-    async fn get_address(&self, id: &str) -> StoreResult<Option<AddressRecord>>;
+    /// The address as stored, tombstones included; `None` once it is forgotten (its tombstone
+    /// period over at `now`, or swept). No liveness check: callers authenticate with it and
+    /// judge [`AddressRecord::is_gone`] themselves.
+    async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>>;
 
     /// Usage figures of a live address.
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage>;

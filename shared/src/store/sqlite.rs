@@ -513,7 +513,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn get_address(&self, id: &str) -> StoreResult<Option<AddressRecord>> {
+    async fn get_address(&self, id: &str, _now: Millis) -> StoreResult<Option<AddressRecord>> {
         let id = id.to_owned();
         self.read(move |conn| load_address(conn, &id)).await
     }
