@@ -1,6 +1,8 @@
-//! The `agentaddress` binary: `serve` runs the whole API on one port over the embedded store.
+//! The `agentaddress` binary: `serve` runs the whole API on one port over the embedded store;
+//! `purge-worker` consumes the AWS deployment's purge queue.
 #![forbid(unsafe_code)]
 
+mod purge;
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -20,11 +22,15 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API on the embedded SQLite store.
     Serve(serve::ServeArgs),
+    /// Consume the purge queue of the AWS deployment (what the `purge` Lambda does), by
+    /// long-polling SQS: for local stacks and for running purges outside Lambda.
+    PurgeWorker(purge::PurgeArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::PurgeWorker(args) => purge::run(args),
     }
 }

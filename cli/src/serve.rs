@@ -46,6 +46,11 @@ enum LogFormat {
     Json,
 }
 
+/// Text logs on stderr, filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing_text() {
+    init_tracing(LogFormat::Text);
+}
+
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

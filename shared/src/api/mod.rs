@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use error::ApiError;
+pub use extract::ClientIp;
 
 use crate::config::ServiceConfig;
 use crate::domain::{Clock, Limits, SystemClock};

@@ -135,7 +135,10 @@ pub async fn create_and_get_address(store: &dyn Store) {
         .expect("get")
         .expect("exists");
     assert!(ids::verify_secret("token", &still.token_hash));
-    assert_eq!(store.get_address("addr_unknown", T0).await.expect("get"), None);
+    assert_eq!(
+        store.get_address("addr_unknown", T0).await.expect("get"),
+        None
+    );
     let u = store.usage(&a.id, &limits(), T0).await.expect("usage");
     assert_eq!((u.last_sequence, u.retained_events), (0, 0));
 }
@@ -716,7 +719,11 @@ pub async fn sweep_removes_expired_data_and_old_tombstones(store: &dyn Store) {
     let kept = new_address(store, None).await;
     let deleted = new_address(store, None).await;
     let expiring = new_address(store, Some(T0 + DAY)).await;
-    for (id, n, at) in [(&kept.id, 1, T0), (&kept.id, 2, T0 + 2 * DAY), (&expiring.id, 1, T0)] {
+    for (id, n, at) in [
+        (&kept.id, 1, T0),
+        (&kept.id, 2, T0 + 2 * DAY),
+        (&expiring.id, 1, T0),
+    ] {
         store
             .append_event(id, event(n), None, &l, at)
             .await
@@ -725,17 +732,38 @@ pub async fn sweep_removes_expired_data_and_old_tombstones(store: &dyn Store) {
     store.delete_address(&deleted.id, T0).await.expect("delete");
     let now = T0 + 11 * DAY;
     store.sweep(&l, now).await.expect("sweep");
-    let page = store.read_events(&kept.id, 0, 10, MIB4, now).await.expect("read");
+    let page = store
+        .read_events(&kept.id, 0, 10, MIB4, now)
+        .await
+        .expect("read");
     let seqs: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
     assert_eq!(seqs, vec![2]);
     assert_eq!(store.last_sequence(&kept.id, now).await, Ok(2));
-    assert!(store.get_address(&deleted.id, now).await.expect("get").is_some());
-    assert!(store.get_address(&expiring.id, now).await.expect("get").is_some());
+    assert!(store
+        .get_address(&deleted.id, now)
+        .await
+        .expect("get")
+        .is_some());
+    assert!(store
+        .get_address(&expiring.id, now)
+        .await
+        .expect("get")
+        .is_some());
     let later = T0 + DAY + l.tombstone_ms() + SEC;
     store.sweep(&l, later).await.expect("sweep");
-    assert_eq!(store.get_address(&deleted.id, later).await.expect("get"), None);
-    assert_eq!(store.get_address(&expiring.id, later).await.expect("get"), None);
-    assert!(store.get_address(&kept.id, later).await.expect("get").is_some());
+    assert_eq!(
+        store.get_address(&deleted.id, later).await.expect("get"),
+        None
+    );
+    assert_eq!(
+        store.get_address(&expiring.id, later).await.expect("get"),
+        None
+    );
+    assert!(store
+        .get_address(&kept.id, later)
+        .await
+        .expect("get")
+        .is_some());
     let e = store
         .append_event(&kept.id, event(3), None, &l, later)
         .await

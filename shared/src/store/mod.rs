@@ -6,6 +6,7 @@
 //! alive inside its own atomic step. Every backend passes the [`conformance`] suite.
 
 pub mod conformance;
+pub mod dynamodb;
 mod signal;
 pub mod sqlite;
 

@@ -1,0 +1,94 @@
+//! `agentaddress purge-worker`: the purge queue consumer, long-polling SQS.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentaddress_shared::config::{AwsConfig, ServiceConfig};
+use agentaddress_shared::domain::{Clock, SystemClock};
+use agentaddress_shared::store::dynamodb::handle_purge_message;
+
+/// Purge steps per message before it is sent again (as the Lambda does).
+const STEPS_PER_MESSAGE: usize = 8;
+
+#[derive(Debug, clap::Args)]
+pub struct PurgeArgs {
+    /// The purge queue to consume.
+    #[arg(long, env = "AGENTADDRESS_PURGE_QUEUE_URL")]
+    queue_url: String,
+
+    /// The DynamoDB table.
+    #[arg(long, env = "AGENTADDRESS_TABLE")]
+    table: String,
+
+    #[command(flatten)]
+    service: ServiceConfig,
+}
+
+pub fn run(args: PurgeArgs) -> ExitCode {
+    crate::serve::init_tracing_text();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(work(args))
+}
+
+async fn work(args: PurgeArgs) -> ExitCode {
+    let aws = AwsConfig {
+        table: args.table.clone(),
+        purge_queue_url: Some(args.queue_url.clone()),
+    };
+    let store = aws.store(args.service.tombstone_seconds).await;
+    let sdk = aws_config::load_from_env().await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    tracing::info!(queue = %args.queue_url, table = %args.table, "purge worker started");
+    loop {
+        let received = tokio::select! {
+            r = sqs
+                .receive_message()
+                .queue_url(&args.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(20)
+                .send() => r,
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("purge worker stopped");
+                return ExitCode::SUCCESS;
+            }
+        };
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = ?e, "ReceiveMessage failed; retrying");
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        for m in messages {
+            let body = m.body().unwrap_or("");
+            match handle_purge_message(&store, body, STEPS_PER_MESSAGE, SystemClock.now()).await {
+                Ok(_) => {
+                    if let Some(handle) = m.receipt_handle() {
+                        if let Err(e) = sqs
+                            .delete_message()
+                            .queue_url(&args.queue_url)
+                            .receipt_handle(handle)
+                            .send()
+                            .await
+                        {
+                            tracing::warn!(error = ?e, "DeleteMessage failed; the message will come back");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "purge failed; the message will be retried after its visibility timeout");
+                }
+            }
+        }
+    }
+}

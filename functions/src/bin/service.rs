@@ -1,0 +1,9 @@
+//! Lambda function `service`: the Service routes of the API.
+#![forbid(unsafe_code)]
+
+use agentaddress_shared::api::RouteGroup;
+
+#[tokio::main]
+async fn main() -> Result<(), agentaddress_functions::Error> {
+    agentaddress_functions::run_http(&[RouteGroup::Service]).await
+}
