@@ -63,9 +63,14 @@ async fn deleted_address_is_purged_from_the_table() {
             .await
             .expect_status(202, "deliver");
     }
-    c.json("PUT", &format!("{}/k", a.state_url), Some(&a.token), &json!({"value": 1}))
-        .await
-        .expect_status(200, "put");
+    c.json(
+        "PUT",
+        &format!("{}/k", a.state_url),
+        Some(&a.token),
+        &json!({"value": 1}),
+    )
+    .await
+    .expect_status(200, "put");
     let sdk = aws_config::load_from_env().await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let items = || async {
@@ -82,7 +87,10 @@ async fn deleted_address_is_purged_from_the_table() {
             .filter_map(|i| i.get("sk").and_then(|v| v.as_s().ok()).cloned())
             .collect::<Vec<String>>()
     };
-    assert!(items().await.len() >= 12 + 12 + 2, "the items are in the table");
+    assert!(
+        items().await.len() >= 12 + 12 + 2,
+        "the items are in the table"
+    );
     c.send("DELETE", &a.root, Some(&a.token), &[], None)
         .await
         .expect_status(204, "delete");
@@ -101,7 +109,9 @@ async fn deleted_address_is_purged_from_the_table() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    c.get(&a.events_url, Some(&a.token))
-        .await
-        .expect_error(410, "address_gone", "the tombstone still answers 410");
+    c.get(&a.events_url, Some(&a.token)).await.expect_error(
+        410,
+        "address_gone",
+        "the tombstone still answers 410",
+    );
 }

@@ -21,7 +21,9 @@ fn table() -> String {
 }
 
 async fn dynamo() -> DynamoStore {
-    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err() && std::env::var("AWS_ENDPOINT_URL").is_err() {
+    if std::env::var("AWS_ENDPOINT_URL_DYNAMODB").is_err()
+        && std::env::var("AWS_ENDPOINT_URL").is_err()
+    {
         panic!("no DynamoDB endpoint: run scripts/test (it exports AWS_ENDPOINT_URL_DYNAMODB)");
     }
     DynamoStore::new(DynamoStore::client_from_env().await, table(), 30 * 86_400)
@@ -101,7 +103,10 @@ mod dynamodb_only {
             .await
             .expect("put");
         let before = items_of(&store, &id).await;
-        assert!(before.iter().any(|sk| sk.contains("#001")), "the big event was chunked: {before:?}");
+        assert!(
+            before.iter().any(|sk| sk.contains("#001")),
+            "the big event was chunked: {before:?}"
+        );
         assert!(before.len() >= 30 + 30 + 1 + 1 + 2);
         assert!(
             handle_purge_message(&store, &format!("{{\"address_id\":\"{id}\"}}"), 1, T0)
@@ -124,6 +129,8 @@ mod dynamodb_only {
             store.read_events(&id, 0, 10, 1 << 22, T0).await.map(|_| ()),
             Err(StoreError::AddressGone)
         );
-        assert!(handle_purge_message(&store, "not json", 1, T0).await.is_err());
+        assert!(handle_purge_message(&store, "not json", 1, T0)
+            .await
+            .is_err());
     }
 }

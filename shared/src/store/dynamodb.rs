@@ -20,13 +20,15 @@
 //! Reads are strongly consistent and filter expiry themselves; TTL only cleans up.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Delete, Put, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, CancellationReason, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity,
+    ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use rand::Rng;
@@ -53,6 +55,103 @@ pub struct DynamoStore {
     table: String,
     tombstone_ms: i64,
     purge: Option<PurgeQueue>,
+    metrics: Arc<Metrics>,
+}
+
+/// Requests sent and capacity units consumed (as DynamoDB reports them with
+/// `ReturnConsumedCapacity=TOTAL`), for cost measurements.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: AtomicU64,
+    read_milli_units: AtomicU64,
+    write_milli_units: AtomicU64,
+}
+
+/// Outputs that report consumed capacity.
+trait Consumed {
+    fn consumed(&self) -> Vec<&ConsumedCapacity>;
+}
+
+macro_rules! consumed_one {
+    ($($t:ty),*) => {$(
+        impl Consumed for $t {
+            fn consumed(&self) -> Vec<&ConsumedCapacity> {
+                self.consumed_capacity().into_iter().collect()
+            }
+        }
+    )*};
+}
+
+macro_rules! consumed_many {
+    ($($t:ty),*) => {$(
+        impl Consumed for $t {
+            fn consumed(&self) -> Vec<&ConsumedCapacity> {
+                self.consumed_capacity().iter().collect()
+            }
+        }
+    )*};
+}
+
+consumed_one!(
+    aws_sdk_dynamodb::operation::get_item::GetItemOutput,
+    aws_sdk_dynamodb::operation::query::QueryOutput,
+    aws_sdk_dynamodb::operation::put_item::PutItemOutput,
+    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput
+);
+consumed_many!(
+    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput,
+    aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput
+);
+
+/// Counts a request and the capacity it consumed.
+trait Tally: Sized {
+    fn tally(self, metrics: &Metrics) -> Self;
+}
+
+impl<O: Consumed, E> Tally for Result<O, E> {
+    fn tally(self, metrics: &Metrics) -> Self {
+        match &self {
+            Ok(out) => metrics.record(&out.consumed()),
+            Err(_) => metrics.record(&[]),
+        }
+        self
+    }
+}
+
+/// A snapshot of [`Metrics`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CapacityUsage {
+    pub requests: u64,
+    pub read_units: f64,
+    pub write_units: f64,
+}
+
+impl Metrics {
+    fn record(&self, capacity: &[&ConsumedCapacity]) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        for c in capacity {
+            let read = c.read_capacity_units().unwrap_or(0.0);
+            let write = c.write_capacity_units().unwrap_or(0.0);
+            let total = c.capacity_units().unwrap_or(0.0);
+            let (read, write) = if read == 0.0 && write == 0.0 {
+                (total, 0.0)
+            } else {
+                (read, write)
+            };
+            self.read_milli_units
+                .fetch_add((read * 1000.0).round() as u64, Ordering::Relaxed);
+            self.write_milli_units
+                .fetch_add((write * 1000.0).round() as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn snapshot(&self) -> CapacityUsage {
+        CapacityUsage {
+            requests: self.requests.load(Ordering::Relaxed),
+            read_units: self.read_milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
+            write_units: self.write_milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
+        }
+    }
 }
 
 /// Where DELETE sends the address to purge.
@@ -280,7 +379,13 @@ impl DynamoStore {
             table: table.into(),
             tombstone_ms: i64::try_from(tombstone_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
             purge: None,
+            metrics: Arc::default(),
         }
+    }
+
+    /// Requests and capacity units consumed so far by this store (and its clones).
+    pub fn metrics(&self) -> CapacityUsage {
+        self.metrics.snapshot()
     }
 
     /// Sends deleted addresses to `queue` for purging.
@@ -307,8 +412,10 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(key(pk(id), "META".into())))
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("GetItem META", e))?;
         Ok(out.item)
     }
@@ -329,8 +436,10 @@ impl DynamoStore {
             .table_name(&self.table)
             .set_key(Some(key(pk(id), sk)))
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("GetItem", e))?;
         Ok(out.item)
     }
@@ -358,8 +467,10 @@ impl DynamoStore {
             .set_key(Some(key(pk(id), event_sk(seq - max))))
             .projection_expression("expires_at")
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("GetItem quota", e))?;
         Ok(match out.item {
             Some(item) => get_i(&item, "expires_at").is_none_or(|e| e <= now),
@@ -567,8 +678,10 @@ impl DynamoStore {
             .transact_write_items()
             .set_transact_items(Some(items))
             .client_request_token(token)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await;
+            .await
+            .tally(&self.metrics);
         match result {
             Ok(_) => Ok(Ok(EventRef {
                 id: event_id,
@@ -619,8 +732,10 @@ impl DynamoStore {
             .projection_expression("pk, sk")
             .limit(i32::try_from(budget.max(1) + 1).unwrap_or(i32::MAX))
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("Query purge", e))?;
         let budget = budget.max(1);
         let others: Vec<Item> = out
@@ -655,8 +770,10 @@ impl DynamoStore {
                     .client
                     .batch_write_item()
                     .request_items(&self.table, requests.clone())
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await
+                    .tally(&self.metrics)
                     .map_err(|e| sdk_err("BatchWriteItem", e))?;
                 let left = out
                     .unprocessed_items()
@@ -797,8 +914,10 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await;
+            .await
+            .tally(&self.metrics);
         match result {
             Ok(_) => Ok(()),
             Err(e)
@@ -837,8 +956,10 @@ impl Store for DynamoStore {
                 .projection_expression("seq, expires_at")
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await
+                .tally(&self.metrics)
                 .map_err(|e| sdk_err("Query usage", e))?;
             for item in out.items() {
                 if let Some(exp) = get_i(item, "expires_at") {
@@ -879,8 +1000,10 @@ impl Store for DynamoStore {
             .return_values_on_condition_check_failure(
                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
             )
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await;
+            .await
+            .tally(&self.metrics);
         match result {
             Ok(_) => {}
             Err(e) => {
@@ -975,8 +1098,10 @@ impl Store for DynamoStore {
                 .consistent_read(true)
                 .limit(i32::try_from(limit + 2).unwrap_or(102))
                 .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await
+                .tally(&self.metrics)
                 .map_err(|e| sdk_err("Query events", e))?;
             for item in out.items() {
                 if let Some(part) = get_s(item, "part") {
@@ -1055,8 +1180,10 @@ impl Store for DynamoStore {
             .expression_attribute_values(":now", n(now))
             .expression_attribute_values(":id", s(event_id))
             .return_values(ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await;
+            .await
+            .tally(&self.metrics);
         match result {
             Ok(out) => {
                 let at = out
@@ -1089,8 +1216,10 @@ impl Store for DynamoStore {
             .set_key(Some(key(pk(id), "META".into())))
             .projection_expression("id, seq, deleted_at, expires_at")
             .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("GetItem seq", e))?;
         let item = out.item.ok_or(StoreError::AddressNotFound)?;
         if item.contains_key("deleted_at") || get_i(&item, "expires_at").is_some_and(|e| e <= now) {
@@ -1116,8 +1245,10 @@ impl Store for DynamoStore {
                 .expression_attribute_names("#sz", "size")
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
                 .send()
                 .await
+                .tally(&self.metrics)
                 .map_err(|e| sdk_err("Query state", e))?;
             for item in out.items() {
                 keys.push(StateMeta {
@@ -1302,8 +1433,10 @@ impl Store for DynamoStore {
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":ttl", n((window + 2) * 60))
             .return_values(ReturnValue::UpdatedNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
+            .tally(&self.metrics)
             .map_err(|e| sdk_err("UpdateItem rate", e))?;
         let count = out.attributes().map_or(0, |a| get_u(a, "count"));
         Ok((count > limit).then_some(retry_after))

@@ -1,0 +1,278 @@
+//! Measures what each API operation costs on DynamoDB: requests sent and capacity units
+//! consumed (`ReturnConsumedCapacity=TOTAL`), by driving the real router in-process over the
+//! real `DynamoStore`. Point it at DynamoDB Local (or a real table) with the SDK's variables:
+//!
+//! `AGENTADDRESS_TABLE=… AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 agentaddress-costs [--idle-seconds 25]`
+//!
+//! `scripts/costs` does all of that. Prints a Markdown table.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentaddress_shared::api::{self, ApiConfig, AppState};
+use agentaddress_shared::config::{AwsConfig, ServiceConfig};
+use agentaddress_shared::store::dynamodb::{CapacityUsage, DynamoStore};
+use axum::body::Body;
+use axum::http::Request;
+use axum::Router;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+struct Bench {
+    app: Router,
+    store: DynamoStore,
+}
+
+async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("host", "costs.local");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .unwrap_or_else(|e| panic!("request: {e}"));
+    let resp = app
+        .clone()
+        .oneshot(req)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = resp.status().as_u16();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+impl Bench {
+    async fn call(
+        &self,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        call(&self.app, method, uri, token, body).await
+    }
+
+    /// Runs `f`, returning what it cost.
+    async fn measure<F, Fut>(&self, f: F) -> (CapacityUsage, Duration)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let before = self.store.metrics();
+        let t = Instant::now();
+        f().await;
+        let elapsed = t.elapsed();
+        let after = self.store.metrics();
+        (
+            CapacityUsage {
+                requests: after.requests - before.requests,
+                read_units: after.read_units - before.read_units,
+                write_units: after.write_units - before.write_units,
+            },
+            elapsed,
+        )
+    }
+}
+
+fn path(url: &Value) -> String {
+    let s = url.as_str().unwrap_or("");
+    s.strip_prefix("http://costs.local").unwrap_or(s).to_owned()
+}
+
+fn row(what: &str, u: CapacityUsage, d: Duration) {
+    println!(
+        "| {what} | {} | {:.1} | {:.1} | {:.1} |",
+        u.requests,
+        u.read_units,
+        u.write_units,
+        d.as_secs_f64() * 1000.0
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let idle: u64 = args
+        .iter()
+        .position(|a| a == "--idle-seconds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(25);
+    let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let store = aws.store(service.tombstone_seconds).await;
+    let mut config = ApiConfig::from(&service);
+    config.limits.polls_per_minute = 10_000;
+    config.limits.creations_per_minute = 10_000;
+    let app = api::router(AppState::new(Arc::new(store.clone()), config));
+    let b = Bench { app, store };
+    let kb = "x".repeat(1000);
+
+    println!("| operation | DynamoDB requests | read units | write units | ms (local) |");
+    println!("|---|---|---|---|---|");
+    let mut created = Value::Null;
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    "/api/v1/addresses",
+                    None,
+                    Some(json!({"name": "costs"})),
+                )
+                .await;
+            assert_eq!(s, 201, "{v}");
+            created = v;
+        })
+        .await;
+    row("create address", u, d);
+    let token = created["credentials"]["read_token"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    let inbox = path(&created["endpoints"]["inbox_url"]);
+    let events = path(&created["endpoints"]["events_url"]);
+    let state = path(&created["endpoints"]["state_url"]);
+
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &inbox,
+                    None,
+                    Some(json!({"type": "t", "data": {"pad": kb}})),
+                )
+                .await;
+            assert_eq!(s, 202, "{v}");
+        })
+        .await;
+    row("inbox delivery, 1 KB", u, d);
+
+    let (s, v) = b
+        .call(
+            "PUT",
+            &format!("{state}/k"),
+            Some(&token),
+            Some(json!({"value": kb, "if_revision": 0})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let rev = v["revision"].as_u64().unwrap_or(0);
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "PUT",
+                    &format!("{state}/k"),
+                    Some(&token),
+                    Some(json!({"value": kb, "if_revision": rev})),
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+        })
+        .await;
+    row("state CAS write, 1 KB", u, d);
+
+    for _ in 0..10 {
+        b.call(
+            "POST",
+            &inbox,
+            None,
+            Some(json!({"type": "t", "data": {"pad": kb}})),
+        )
+        .await;
+    }
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "GET",
+                    &format!("{events}?after=3&limit=10"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+            assert_eq!(v["events"].as_array().map(Vec::len), Some(10));
+        })
+        .await;
+    row("read a page of ten 1 KB events", u, d);
+
+    let root = events.trim_end_matches("/events").to_owned();
+    let (s, v) = b.call("GET", &root, Some(&token), None).await;
+    assert_eq!(s, 200, "{v}");
+    let last = v["usage"]["last_sequence"].as_u64().unwrap_or(0);
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "GET",
+                    &format!("{events}?after={last}&wait={idle}"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+        })
+        .await;
+    row(&format!("idle long poll, {idle} s"), u, d);
+
+    let mut delays = Vec::new();
+    let mut after = last;
+    for i in 0..12u64 {
+        let poll = {
+            let app = b.app.clone();
+            let token = token.clone();
+            let uri = format!("{events}?after={after}&wait=10");
+            tokio::spawn(async move {
+                let r = call(&app, "GET", &uri, Some(&token), None).await;
+                (r, Instant::now())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300 + 97 * (i % 7))).await;
+        let (s, v) = b
+            .call("POST", &inbox, None, Some(json!({"type": "wake"})))
+            .await;
+        let delivered = Instant::now();
+        assert_eq!(s, 202, "{v}");
+        let ((s, v), returned) = poll.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s, 200, "{v}");
+        after = v["next_cursor"].as_u64().unwrap_or(after);
+        delays.push(returned.saturating_duration_since(delivered));
+    }
+    delays.sort();
+    let pct =
+        |p: f64| delays[((delays.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0;
+    println!();
+    println!(
+        "delivery → waiting poller (query loop, 50 ms doubling to 1 s): n={} p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
+        delays.len(),
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    );
+}
