@@ -69,12 +69,14 @@ pub struct Metrics {
 
 /// Outputs that report consumed capacity.
 trait Consumed {
+    const WRITE: bool;
     fn consumed(&self) -> Vec<&ConsumedCapacity>;
 }
 
 macro_rules! consumed_one {
-    ($($t:ty),*) => {$(
+    ($w:expr; $($t:ty),*) => {$(
         impl Consumed for $t {
+            const WRITE: bool = $w;
             fn consumed(&self) -> Vec<&ConsumedCapacity> {
                 self.consumed_capacity().into_iter().collect()
             }
@@ -85,6 +87,7 @@ macro_rules! consumed_one {
 macro_rules! consumed_many {
     ($($t:ty),*) => {$(
         impl Consumed for $t {
+            const WRITE: bool = true;
             fn consumed(&self) -> Vec<&ConsumedCapacity> {
                 self.consumed_capacity().iter().collect()
             }
@@ -92,9 +95,11 @@ macro_rules! consumed_many {
     )*};
 }
 
-consumed_one!(
+consumed_one!(false;
     aws_sdk_dynamodb::operation::get_item::GetItemOutput,
-    aws_sdk_dynamodb::operation::query::QueryOutput,
+    aws_sdk_dynamodb::operation::query::QueryOutput
+);
+consumed_one!(true;
     aws_sdk_dynamodb::operation::put_item::PutItemOutput,
     aws_sdk_dynamodb::operation::update_item::UpdateItemOutput
 );
@@ -111,8 +116,8 @@ trait Tally: Sized {
 impl<O: Consumed, E> Tally for Result<O, E> {
     fn tally(self, metrics: &Metrics) -> Self {
         match &self {
-            Ok(out) => metrics.record(&out.consumed()),
-            Err(_) => metrics.record(&[]),
+            Ok(out) => metrics.record(&out.consumed(), O::WRITE),
+            Err(_) => metrics.record(&[], O::WRITE),
         }
         self
     }
@@ -127,16 +132,18 @@ pub struct CapacityUsage {
 }
 
 impl Metrics {
-    fn record(&self, capacity: &[&ConsumedCapacity]) {
+    /// `is_write`: the operation writes, so a bare total (all DynamoDB Local reports) counts
+    /// as write units.
+    fn record(&self, capacity: &[&ConsumedCapacity], is_write: bool) {
         self.requests.fetch_add(1, Ordering::Relaxed);
         for c in capacity {
             let read = c.read_capacity_units().unwrap_or(0.0);
             let write = c.write_capacity_units().unwrap_or(0.0);
             let total = c.capacity_units().unwrap_or(0.0);
-            let (read, write) = if read == 0.0 && write == 0.0 {
-                (total, 0.0)
-            } else {
-                (read, write)
+            let (read, write) = match (read == 0.0 && write == 0.0, is_write) {
+                (false, _) => (read, write),
+                (true, false) => (total, 0.0),
+                (true, true) => (0.0, total),
             };
             self.read_milli_units
                 .fetch_add((read * 1000.0).round() as u64, Ordering::Relaxed);
