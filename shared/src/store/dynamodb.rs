@@ -34,9 +34,10 @@ use aws_sdk_dynamodb::Client;
 use rand::Rng;
 
 use super::{
-    rate_window, state_deleted_data, state_updated_data, Acked, AddressRecord, Appended, Event,
-    EventPage, EventRef, IdempotencyClaim, NewAddress, NewEvent, StateDeleted, StateEntry,
-    StateListing, StateMeta, StateWritten, Store, StoreError, StoreResult, SweepReport, Usage,
+    check_expected, rate_window, state_deleted_data, state_updated_data, Acked, AddressRecord,
+    Appended, Event, EventPage, EventRef, IdempotencyClaim, NewAddress, NewEvent, StateDeleted,
+    StateEntry, StateListing, StateMeta, StateWritten, Store, StoreError, StoreResult, SweepReport,
+    Usage,
 };
 use crate::domain::state::entry_size;
 use crate::domain::{ids, Ingress, Limits, Millis};
@@ -1451,15 +1452,6 @@ impl Store for DynamoStore {
 
     async fn sweep(&self, _limits: &Limits, _now: Millis) -> StoreResult<SweepReport> {
         Ok(SweepReport::default())
-    }
-}
-
-fn check_expected(expected: Option<u64>, current: Option<u64>) -> StoreResult<()> {
-    match expected {
-        None => Ok(()),
-        Some(0) if current.is_none() => Ok(()),
-        Some(x) if x > 0 && current == Some(x) => Ok(()),
-        Some(_) => Err(StoreError::RevisionConflict { current }),
     }
 }
 

@@ -322,6 +322,17 @@ pub trait Store: Send + Sync + 'static {
     async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport>;
 }
 
+/// The compare-and-set rule of state writes and deletes: `None` always holds, `Some(0)` holds
+/// when the key is absent, `Some(n)` when its current revision is `n`.
+pub(crate) fn check_expected(expected: Option<u64>, current: Option<u64>) -> StoreResult<()> {
+    match expected {
+        None => Ok(()),
+        Some(0) if current.is_none() => Ok(()),
+        Some(n) if n > 0 && current == Some(n) => Ok(()),
+        Some(_) => Err(StoreError::RevisionConflict { current }),
+    }
+}
+
 /// The fixed one-minute window containing `now`, and the whole seconds left in it (≥ 1).
 pub fn rate_window(now: Millis) -> (i64, u64) {
     let window = now.div_euclid(60_000);

@@ -15,10 +15,10 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{
-    rate_window, state_deleted_data, state_updated_data, Acked, AddressRecord, Appended, Event,
-    EventPage, EventRef, FeedSignal, IdempotencyClaim, NewAddress, NewEvent, StateDeleted,
-    StateEntry, StateListing, StateMeta, StateWritten, Store, StoreError, StoreResult, SweepReport,
-    Usage,
+    check_expected, rate_window, state_deleted_data, state_updated_data, Acked, AddressRecord,
+    Appended, Event, EventPage, EventRef, FeedSignal, IdempotencyClaim, NewAddress, NewEvent,
+    StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, Store, StoreError,
+    StoreResult, SweepReport, Usage,
 };
 use crate::domain::{ids, state::entry_size, Ingress, Limits, Millis};
 
@@ -452,15 +452,6 @@ fn current_state(
         })
         .optional()
         .map_err(sql_err)
-}
-
-fn check_expected(expected: Option<u64>, current: Option<u64>) -> StoreResult<()> {
-    match expected {
-        None => Ok(()),
-        Some(0) if current.is_none() => Ok(()),
-        Some(n) if n > 0 && current == Some(n) => Ok(()),
-        Some(_) => Err(StoreError::RevisionConflict { current }),
-    }
 }
 
 fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64> {
