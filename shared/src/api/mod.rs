@@ -106,6 +106,50 @@ impl RouteGroup {
         RouteGroup::Service,
     ];
 
+    /// The name of the Lambda function (and binary) that serves this group.
+    pub fn function_name(self) -> &'static str {
+        match self {
+            RouteGroup::CreateAddress => "create-address",
+            RouteGroup::Address => "address",
+            RouteGroup::Inbox => "inbox",
+            RouteGroup::Events => "events",
+            RouteGroup::State => "state",
+            RouteGroup::Service => "service",
+        }
+    }
+
+    /// The (method, path) pairs this group serves, in the router's path syntax. Deployment
+    /// descriptions (`template.yaml`, the `cargo lambda watch` router) are checked against it.
+    pub fn endpoints(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            RouteGroup::CreateAddress => &[("POST", "/api/v1/addresses")],
+            RouteGroup::Address => &[
+                ("GET", "/api/v1/addresses/{address_id}"),
+                ("DELETE", "/api/v1/addresses/{address_id}"),
+            ],
+            RouteGroup::Inbox => &[("POST", "/api/v1/inbox/{address_id}/{inbox_secret}")],
+            RouteGroup::Events => &[
+                ("GET", "/api/v1/addresses/{address_id}/events"),
+                ("GET", "/api/v1/addresses/{address_id}/events/{event_id}"),
+                (
+                    "POST",
+                    "/api/v1/addresses/{address_id}/events/{event_id}/ack",
+                ),
+            ],
+            RouteGroup::State => &[
+                ("GET", "/api/v1/addresses/{address_id}/state"),
+                ("GET", "/api/v1/addresses/{address_id}/state/{key}"),
+                ("PUT", "/api/v1/addresses/{address_id}/state/{key}"),
+                ("DELETE", "/api/v1/addresses/{address_id}/state/{key}"),
+            ],
+            RouteGroup::Service => &[
+                ("GET", "/healthz"),
+                ("GET", "/openapi.json"),
+                ("GET", "/skill.md"),
+            ],
+        }
+    }
+
     fn routes(self) -> Router<AppState> {
         use handlers::*;
         let r = Router::new();

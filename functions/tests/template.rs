@@ -1,0 +1,176 @@
+//! `template.yaml` and the `cargo lambda watch` router agree with the code: every route of the
+//! router is deployed to the function of its group and nothing else is, every function's
+//! `Binary` is a binary of this crate built with cargo-lambda for arm64 on provided.al2023,
+//! and the purge function consumes the queue with per-message failures.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use agentaddress_shared::api::RouteGroup;
+use serde_norway::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn template() -> Value {
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("read template.yaml");
+    serde_norway::from_str(&text).expect("template.yaml is YAML")
+}
+
+fn crate_binaries() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join("functions/Cargo.toml")).expect("Cargo.toml");
+    let manifest: toml::Value = toml::from_str(&text).expect("TOML");
+    manifest["bin"]
+        .as_array()
+        .expect("[[bin]] entries")
+        .iter()
+        .map(|b| b["name"].as_str().expect("bin name").to_owned())
+        .collect()
+}
+
+fn expected_routes() -> BTreeSet<(String, String, String)> {
+    RouteGroup::ALL
+        .iter()
+        .flat_map(|g| {
+            g.endpoints()
+                .iter()
+                .map(|(m, p)| (m.to_string(), p.to_string(), g.function_name().to_owned()))
+        })
+        .collect()
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().map(str::to_owned).unwrap_or_default()
+}
+
+#[test]
+fn template_routes_and_binaries_match_the_code() {
+    let t = template();
+    let globals = &t["Globals"]["Function"];
+    assert_eq!(s(&globals["Runtime"]), "provided.al2023");
+    assert_eq!(globals["Architectures"][0].as_str(), Some("arm64"));
+    let binaries = crate_binaries();
+    let resources = t["Resources"].as_mapping().expect("Resources");
+    let mut routes = BTreeSet::new();
+    let mut fallback = Vec::new();
+    let mut deployed = BTreeSet::new();
+    let mut sqs_consumers = Vec::new();
+    for (name, r) in resources {
+        if s(&r["Type"]) != "AWS::Serverless::Function" {
+            continue;
+        }
+        let name = s(name);
+        assert_eq!(
+            s(&r["Metadata"]["BuildMethod"]),
+            "rust-cargolambda",
+            "{name}"
+        );
+        let binary = s(&r["Metadata"]["BuildProperties"]["Binary"]);
+        assert!(
+            binaries.contains(&binary),
+            "{name}: Binary {binary:?} is not a binary of agentaddress-functions ({binaries:?})"
+        );
+        assert!(deployed.insert(binary.clone()), "{binary} deployed twice");
+        let events = r["Properties"]["Events"]
+            .as_mapping()
+            .cloned()
+            .unwrap_or_default();
+        for (_, e) in events {
+            match s(&e["Type"]).as_str() {
+                "HttpApi" => {
+                    let method = s(&e["Properties"]["Method"]).to_uppercase();
+                    let path = s(&e["Properties"]["Path"]);
+                    if path == "$default" {
+                        fallback.push(binary.clone());
+                    } else {
+                        routes.insert((method, path, binary.clone()));
+                    }
+                }
+                "SQS" => {
+                    let types = &e["Properties"]["FunctionResponseTypes"];
+                    assert_eq!(types[0].as_str(), Some("ReportBatchItemFailures"), "{name}");
+                    sqs_consumers.push(binary.clone());
+                }
+                other => panic!("{name}: unexpected event type {other}"),
+            }
+        }
+    }
+    let expected = expected_routes();
+    let missing: Vec<_> = expected.difference(&routes).collect();
+    let extra: Vec<_> = routes.difference(&expected).collect();
+    assert!(
+        missing.is_empty(),
+        "routes of the router missing from template.yaml: {missing:?}"
+    );
+    assert!(
+        extra.is_empty(),
+        "routes in template.yaml that the router does not have: {extra:?}"
+    );
+    assert_eq!(
+        fallback,
+        vec!["service".to_owned()],
+        "the catch-all goes to service"
+    );
+    assert_eq!(sqs_consumers, vec!["purge".to_owned()]);
+    assert_eq!(deployed, binaries, "every binary of the crate is deployed");
+}
+
+#[test]
+fn events_function_outlives_a_long_poll_but_not_the_http_api() {
+    let t = template();
+    let timeout = t["Resources"]["EventsFunction"]["Properties"]["Timeout"]
+        .as_u64()
+        .expect("EventsFunction has its own timeout");
+    assert!(
+        (26..30).contains(&timeout),
+        "25 s long poll < {timeout} s < 30 s HTTP API limit"
+    );
+    let max_wait = t["Parameters"]["MaxWaitSeconds"]["MaxValue"].as_u64();
+    assert_eq!(max_wait, Some(25));
+}
+
+#[test]
+fn no_wildcard_data_permissions() {
+    let text = std::fs::read_to_string(root().join("template.yaml")).expect("read");
+    assert!(!text.contains("dynamodb:*"), "no dynamodb:*");
+    assert!(!text.contains("sqs:*"), "no sqs:*");
+    assert!(!text.contains("Resource: \"*\"") && !text.contains("Resource: '*'"));
+}
+
+#[test]
+fn cargo_lambda_router_matches_the_code() {
+    let text = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let manifest: toml::Value = toml::from_str(&text).expect("TOML");
+    let router = manifest["workspace"]["metadata"]["lambda"]["watch"]["router"]
+        .as_table()
+        .expect("[workspace.metadata.lambda.watch.router]");
+    let mut local: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (path, entries) in router {
+        for e in entries.as_array().expect("array of routes") {
+            let method = e["method"].as_str().expect("method").to_owned();
+            let function = e["function"].as_str().expect("function").to_owned();
+            local.insert((method, path.clone()), function);
+        }
+    }
+    for (method, path, function) in expected_routes() {
+        assert_eq!(
+            local.get(&(method.clone(), path.clone())),
+            Some(&function),
+            "cargo lambda watch sends {method} {path} elsewhere"
+        );
+    }
+    for ((method, path), function) in &local {
+        let routed = expected_routes()
+            .iter()
+            .any(|(m, p, f)| m == method && p == path && f == function);
+        let head_of_get = method == "HEAD"
+            && expected_routes()
+                .iter()
+                .any(|(m, p, f)| m == "GET" && p == path && f == function);
+        assert!(
+            routed || head_of_get || function == "service",
+            "{method} {path} goes to {function}, which does not serve it"
+        );
+    }
+}
