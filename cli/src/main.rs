@@ -27,6 +27,21 @@ enum Command {
     PurgeWorker(purge::PurgeArgs),
 }
 
+/// The multi-threaded runtime every subcommand runs on; `None` (after saying why) if the OS
+/// refuses it.
+fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            None
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {

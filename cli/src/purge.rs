@@ -26,15 +26,8 @@ pub struct PurgeArgs {
 
 pub fn run(args: PurgeArgs) -> ExitCode {
     crate::serve::init_tracing_text();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::FAILURE;
     };
     runtime.block_on(work(args))
 }

@@ -65,15 +65,8 @@ fn init_tracing(format: LogFormat) {
 
 pub fn run(args: ServeArgs) -> ExitCode {
     init_tracing(args.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,

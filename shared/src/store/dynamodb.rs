@@ -982,7 +982,7 @@ impl Store for DynamoStore {
                 None => break,
             }
         }
-        let retained = first_unexpired.map_or(0, |f| a.last_sequence + 1 - f);
+        let retained = first_unexpired.map_or(0, |f| (a.last_sequence + 1).saturating_sub(f));
         Ok(Usage {
             last_sequence: a.last_sequence,
             retained_events: retained,

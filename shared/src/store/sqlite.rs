@@ -799,7 +799,10 @@ impl Store for SqliteStore {
                 check_expected(expected, current.map(|c| c.0))?;
                 let size = entry_size(&key, &value);
                 let (keys, bytes) = match current {
-                    Some((_, old)) => (address.state_keys, address.state_bytes - old + size),
+                    Some((_, old)) => (
+                        address.state_keys,
+                        address.state_bytes.saturating_sub(old) + size,
+                    ),
                     None => (address.state_keys + 1, address.state_bytes + size),
                 };
                 if keys > limits.max_state_keys || bytes > limits.max_state_bytes {
