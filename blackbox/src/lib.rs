@@ -6,6 +6,7 @@
 //! `429 Retry-After` when creating addresses, and panic with a clear message on a violation.
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod scenarios;
 
 use std::time::Duration;

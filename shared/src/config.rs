@@ -196,15 +196,12 @@ impl AwsConfig {
     }
 
     /// The DynamoDB store this configuration names, with SDK clients configured from the
-    /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables).
+    /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
+    /// DynamoDB's retry policy ([`crate::store::dynamodb::client_config`]).
     pub async fn store(&self, tombstone_seconds: u64) -> crate::store::dynamodb::DynamoStore {
         use crate::store::dynamodb::{DynamoStore, PurgeQueue};
         let sdk = aws_config::load_from_env().await;
-        let store = DynamoStore::new(
-            aws_sdk_dynamodb::Client::new(&sdk),
-            &self.table,
-            tombstone_seconds,
-        );
+        let store = DynamoStore::new(DynamoStore::client(&sdk), &self.table, tombstone_seconds);
         match &self.purge_queue_url {
             Some(url) => store.with_purge_queue(PurgeQueue {
                 client: aws_sdk_sqs::Client::new(&sdk),

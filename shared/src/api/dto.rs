@@ -138,7 +138,8 @@ pub struct EventView {
     pub ingress_surface: String,
     pub received_at: String,
     pub acknowledged_at: Option<String>,
-    #[schema(value_type = Object)]
+    /// Any JSON value (see the envelope rule).
+    #[schema(value_type = serde_json::Value)]
     pub data: Box<RawValue>,
     /// Present for `http` ingress only: `{"content_type", "headers"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,7 +221,8 @@ pub struct StateList {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StateValue {
     pub key: String,
-    #[schema(value_type = Object)]
+    /// Any JSON value.
+    #[schema(value_type = serde_json::Value)]
     pub value: Box<RawValue>,
     pub revision: u64,
     pub updated_at: String,
@@ -241,11 +243,11 @@ impl StateValue {
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct PutStateRequest {
-    /// Any JSON value.
-    #[schema(value_type = Object)]
+    /// Any JSON value, `null` included.
+    #[schema(value_type = serde_json::Value)]
     pub value: serde_json::Value,
     /// 0 = create only; N > 0 = only if the current revision is N; absent = unconditional.
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
     pub if_revision: Option<u64>,
 }
 
@@ -253,7 +255,8 @@ pub struct PutStateRequest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StateWriteResult {
     pub key: String,
-    #[schema(value_type = Object)]
+    /// Any JSON value.
+    #[schema(value_type = serde_json::Value)]
     pub value: Box<RawValue>,
     pub revision: u64,
     pub updated_at: String,

@@ -2,6 +2,7 @@
 //! public base URL and the client's IP. Every failure is an [`ApiError`], never a panic.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -206,7 +207,7 @@ pub fn optional_integer(
 ) -> Result<Option<u64>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => match v.as_u64() {
+        Some(v) => match integral(v) {
             Some(n) if range.contains(&n) => Ok(Some(n)),
             _ => Err(ApiError::invalid(format!(
                 "`{field}` must be an integer from {} to {}.",
@@ -215,6 +216,54 @@ pub fn optional_integer(
             ))),
         },
     }
+}
+
+/// A JSON number with a non-negative integral value: `60`, and also `60.0`, `6e1` or `0.6e2`,
+/// which JSON (and JSON Schema) count as the same integer. Read exactly from the number's text
+/// (never through a float, which would round `9007199254740993.0`); `60.5`, negative values
+/// and values over `u64::MAX` are `None`.
+fn integral(v: &Value) -> Option<u64> {
+    let n = v.as_number()?;
+    n.as_u64().or_else(|| integral_text(&n.to_string()))
+}
+
+fn integral_text(text: &str) -> Option<u64> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+        return None;
+    }
+    // value = digits × 10^scale
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let scale = exponent.checked_sub(i64::try_from(frac.len()).ok()?)?;
+    let value = if digits.is_empty() {
+        0
+    } else if scale >= 0 {
+        let power = 10u64.checked_pow(u32::try_from(scale).ok()?)?;
+        digits.parse::<u64>().ok()?.checked_mul(power)?
+    } else {
+        let cut = usize::try_from(scale.unsigned_abs()).ok()?;
+        let keep = digits.len().saturating_sub(cut);
+        let (kept, dropped) = digits.split_at(keep);
+        if !dropped.bytes().all(|b| b == b'0') {
+            return None;
+        }
+        if kept.is_empty() {
+            0
+        } else {
+            kept.parse::<u64>().ok()?
+        }
+    };
+    (!negative || value == 0).then_some(value)
 }
 
 /// The query string as (name, value) pairs; a name given twice is refused.
@@ -244,6 +293,71 @@ pub fn parse_count(s: &str) -> Option<u64> {
         return None;
     }
     s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
+}
+
+/// The query of `GET {root}/events` (SPEC §4), parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedQuery {
+    /// Events with `sequence > after`; 0 by default.
+    pub after: u64,
+    /// Page size, 1..=100; 100 by default.
+    pub limit: usize,
+    /// How long to hold the request while the feed is empty: `wait` seconds, clamped to the
+    /// server's longest wait; zero by default.
+    pub wait: Duration,
+}
+
+/// Parses the feed query. `after` is a non-negative decimal integer up to 2^63−1; `limit` an
+/// integer 1..=100 (anything else is refused, not clamped); `wait` a non-negative decimal
+/// number of seconds (fraction and exponent allowed; `inf`, `nan` and overflowing values
+/// refused) clamped to `max_wait_seconds`. A parameter given twice is refused; unknown ones are ignored.
+pub fn parse_feed_query(query: Option<&str>, max_wait_seconds: u64) -> Result<FeedQuery, ApiError> {
+    let pairs = query_pairs(query)?;
+    let after = match query_value(&pairs, "after") {
+        None => 0,
+        Some(v) => parse_count(v)
+            .ok_or_else(|| ApiError::invalid("`after` must be a non-negative integer."))?,
+    };
+    let limit = match query_value(&pairs, "limit") {
+        None => 100,
+        Some(v) => match parse_count(v) {
+            Some(n @ 1..=100) => n as usize,
+            _ => {
+                return Err(ApiError::invalid(
+                    "`limit` must be an integer from 1 to 100.",
+                ))
+            }
+        },
+    };
+    let max_wait = max_wait_seconds as f64;
+    let wait = match query_value(&pairs, "wait") {
+        None => 0.0,
+        Some(v) => match parse_seconds(v) {
+            Some(w) => w.min(max_wait),
+            None => {
+                return Err(ApiError::invalid(
+                    "`wait` must be a non-negative number of seconds (at most 25 are used).",
+                ))
+            }
+        },
+    };
+    Ok(FeedQuery {
+        after,
+        limit,
+        wait: Duration::from_secs_f64(wait),
+    })
+}
+
+/// A non-negative decimal number (`1`, `0.5`, `2.5e1`) that fits an `f64`. Words such as `inf`
+/// or `NaN`, and numbers too large for an `f64` (`1e400`), are refused.
+fn parse_seconds(s: &str) -> Option<f64> {
+    let decimal = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
+    if !decimal {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|w| w.is_finite() && *w >= 0.0)
 }
 
 /// The expected revision of a state write or delete, from `If-Match` (`N` or `"N"`) and/or the
@@ -313,6 +427,59 @@ mod tests {
         assert_eq!(bearer_token(&h), None);
         h.insert(header::AUTHORIZATION, "Bearer ".parse().expect("header"));
         assert_eq!(bearer_token(&h), None);
+    }
+
+    #[test]
+    fn integral_numbers() {
+        let n = |t: &str| integral(&serde_json::from_str::<Value>(t).expect("json"));
+        assert_eq!(n("60"), Some(60));
+        assert_eq!(n("60.0"), Some(60));
+        assert_eq!(n("6e1"), Some(60));
+        assert_eq!(n("-0.0"), Some(0));
+        assert_eq!(n("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(n("9007199254740993.0"), Some(9_007_199_254_740_993));
+        assert_eq!(n("0.6e2"), Some(60));
+        assert_eq!(n("600e-1"), Some(60));
+        assert_eq!(n("0e99999"), Some(0));
+        for bad in [
+            "60.5",
+            "-1",
+            "-1.0",
+            "1e400",
+            "605e-1",
+            "1.00000000000000001",
+            "18446744073709551616.0",
+            "\"60\"",
+            "true",
+            "null",
+        ] {
+            assert_eq!(n(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn feed_queries() {
+        let q = parse_feed_query(None, 25).expect("defaults");
+        assert_eq!((q.after, q.limit, q.wait), (0, 100, Duration::ZERO));
+        let q = parse_feed_query(Some("after=7&limit=3&wait=2.5e1&x=y"), 25).expect("valid");
+        assert_eq!((q.after, q.limit, q.wait), (7, 3, Duration::from_secs(25)));
+        let q = parse_feed_query(Some("wait=3.7e307"), 25).expect("huge wait");
+        assert_eq!(q.wait, Duration::from_secs(25));
+        assert_eq!(
+            parse_feed_query(Some("wait=0.5"), 0).expect("valid").wait,
+            Duration::ZERO
+        );
+        for bad in [
+            "after=-1",
+            "limit=0",
+            "limit=101",
+            "wait=-1",
+            "wait=1e400",
+            "wait=inf",
+            "after=1&after=2",
+        ] {
+            assert!(parse_feed_query(Some(bad), 25).is_err(), "{bad}");
+        }
     }
 
     #[test]

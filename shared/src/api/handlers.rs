@@ -34,7 +34,7 @@ fn root_url(base: &str, address_id: &str) -> String {
 
 #[utoipa::path(
     post, path = "/api/v1/addresses", tag = "addresses",
-    request_body(content = Option<CreateAddressRequest>, content_type = "application/json"),
+    request_body(content = CreateAddressRequest, description = "Optional: an absent or empty body is the same as `{}`", content_type = "application/json"),
     responses(
         (status = 201, description = "Created; the read token is shown only here", body = CreatedAddress),
         (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -156,7 +156,7 @@ pub async fn delete_address(
 #[utoipa::path(
     post, path = "/api/v1/inbox/{address_id}/{inbox_secret}", tag = "inbox",
     params(("address_id" = String, Path), ("inbox_secret" = String, Path),
-           ("Idempotency-Key" = Option<String>, Header, description = "1..255 printable ASCII characters")),
+           ("Idempotency-Key" = Option<String>, Header)),
     request_body(content = Object, description = "Any body up to the inbox limit", content_type = "*/*"),
     responses(
         (status = 202, description = "Committed", body = DeliveryResult),
@@ -259,53 +259,11 @@ pub async fn deliver(
     ))
 }
 
-struct FeedQuery {
-    after: u64,
-    limit: usize,
-    wait: Duration,
-}
-
-fn parse_feed_query(uri: &Uri, max_wait_seconds: u64) -> Result<FeedQuery, ApiError> {
-    let pairs = query_pairs(uri.query())?;
-    let after = match query_value(&pairs, "after") {
-        None => 0,
-        Some(v) => parse_count(v)
-            .ok_or_else(|| ApiError::invalid("`after` must be a non-negative integer."))?,
-    };
-    let limit = match query_value(&pairs, "limit") {
-        None => 100,
-        Some(v) => match parse_count(v) {
-            Some(n @ 1..=100) => n as usize,
-            _ => {
-                return Err(ApiError::invalid(
-                    "`limit` must be an integer from 1 to 100.",
-                ))
-            }
-        },
-    };
-    let wait = match query_value(&pairs, "wait") {
-        None => 0.0,
-        Some(v) => {
-            let ok = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-            match v.parse::<f64>() {
-                Ok(w) if ok && w.is_finite() && w >= 0.0 => w,
-                _ => {
-                    return Err(ApiError::invalid(
-                        "`wait` must be a number of seconds from 0 to 25.",
-                    ))
-                }
-            }
-        }
-    };
-    let wait = Duration::from_secs_f64(wait.min(max_wait_seconds as f64));
-    Ok(FeedQuery { after, limit, wait })
-}
-
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/events", tag = "events",
     params(
         ("address_id" = String, Path),
-        ("after" = Option<u64>, Query, description = "Return events with sequence > after (default 0)", minimum = 0),
+        ("after" = Option<u64>, Query, description = "Return events with sequence > after (default 0)", minimum = 0, maximum = 9223372036854775807_i64),
         ("wait" = Option<f64>, Query, description = "Seconds to hold the request when nothing is there yet (0..25, larger is clamped)", minimum = 0),
         ("limit" = Option<u64>, Query, description = "1..100, default 100", minimum = 1, maximum = 100),
     ),
@@ -333,7 +291,7 @@ pub async fn list_events(
     {
         return Err(ApiError::RateLimited { retry_after });
     }
-    let q = parse_feed_query(&uri, limits.max_wait_seconds)?;
+    let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
     let deadline = arrived + q.wait;
     let page = long_poll(&state, &address_id, &q, deadline).await?;
     let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
@@ -513,7 +471,7 @@ fn key_param(key: &str) -> Result<(), ApiError> {
 
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
-    params(("address_id" = String, Path), ("key" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$")),
+    params(("address_id" = String, Path), ("key" = String, Path)),
     security(("bearer" = [])),
     responses(
         (status = 200, body = StateValue),
@@ -538,8 +496,8 @@ pub async fn get_state(
 
 #[utoipa::path(
     put, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
-    params(("address_id" = String, Path), ("key" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$"),
-           ("If-Match" = Option<String>, Header, description = "Same as if_revision")),
+    params(("address_id" = String, Path), ("key" = String, Path),
+           ("If-Match" = Option<String>, Header)),
     request_body(content = PutStateRequest, content_type = "application/json"),
     security(("bearer" = [])),
     responses(
@@ -599,9 +557,9 @@ pub async fn put_state(
 
 #[utoipa::path(
     delete, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
-    params(("address_id" = String, Path), ("key" = String, Path, pattern = "^[A-Za-z0-9._:-]{1,128}$"),
-           ("if_revision" = Option<u64>, Query, minimum = 0),
-           ("If-Match" = Option<String>, Header, description = "Same as if_revision")),
+    params(("address_id" = String, Path), ("key" = String, Path),
+           ("if_revision" = Option<u64>, Query, description = "Delete only if the current revision is this one (same as If-Match)", minimum = 0, maximum = 9223372036854775807_i64),
+           ("If-Match" = Option<String>, Header)),
     security(("bearer" = [])),
     responses(
         (status = 200, body = StateDeleteResult),

@@ -4,7 +4,7 @@
 
 pub mod dto;
 pub mod error;
-mod extract;
+pub mod extract;
 mod handlers;
 pub mod openapi;
 

@@ -18,6 +18,32 @@
 //! same request with the same `ClientRequestToken` (DynamoDB applies it at most once); when
 //! those retries are exhausted we answer `unavailable` and never re-run the read-modify-write.
 //! Reads are strongly consistent and filter expiry themselves; TTL only cleans up.
+//!
+//! ## Ambiguous outcomes: applied once, answered right
+//! The SDK re-sends a request whose answer was lost (connection reset, timeout, 5xx,
+//! throttling) up to [`SDK_MAX_ATTEMPTS`] times ([`client_config`]). Each write path is safe
+//! when an earlier attempt applied and a later one sees the result:
+//! - **appends** (`TransactWriteItems`): the token is set explicitly, once per transaction, so
+//!   every SDK attempt carries it and DynamoDB returns success without applying again. Should a
+//!   re-sent transaction ever be cancelled instead (a token not honoured), the cancellation
+//!   reasons show the event item (or idempotency item) holding *our* fresh random event id:
+//!   [`applied_by_us`] recognises that and answers success; it is never read as a lost race,
+//!   a revision conflict, a missing key or a duplicate delivery.
+//! - **create** (`PutItem attribute_not_exists`): a re-send that fails its condition on a META
+//!   with our token hash, inbox hash and creation time is our own write: success.
+//! - **delete** (conditional `UpdateItem`): every deletion writes a random `deleted_by`; a
+//!   re-send that fails its condition on a tombstone with our `deleted_by` is our own deletion:
+//!   204, and the purge message is sent.
+//! - **ack** (`SET acked_at = if_not_exists(acked_at, :now)`): idempotent by construction.
+//! - **rate-limit counters** (`ADD count 1`): a re-send after an applied attempt counts twice.
+//!   Accepted: it can only make a limit bite one request early, never late.
+//! - **purge** (`BatchWriteItem` deletes, SQS messages): deleting twice is harmless; a purge
+//!   message sent twice purges an already empty partition.
+//!
+//! `delete` and `ack` re-send themselves when DynamoDB rejects them with
+//! `TransactionConflictException` (an append transaction held the item; nothing applied).
+//! When every SDK attempt fails, the answer is `unavailable` (503 with `Retry-After`), never a
+//! definite answer the store cannot vouch for.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeValue, CancellationReason, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity,
@@ -48,6 +75,31 @@ type Item = HashMap<String, AttributeValue>;
 pub const CHUNK_BYTES: usize = 300_000;
 /// Attempts at an append that keeps losing the sequence race to other writers.
 const MAX_APPEND_ATTEMPTS: u32 = 60;
+/// Attempts at a conditional `UpdateItem` (delete, ack) that DynamoDB keeps rejecting with
+/// `TransactionConflictException`.
+const MAX_CONFLICT_ATTEMPTS: u32 = 8;
+
+/// Attempts per DynamoDB request, retries included (the SDK's standard retry mode; its default
+/// is 3). Like the AWS Java SDK's DynamoDB default (8 retries, 25 ms base delay), so that
+/// throttling and transient 5xx or network faults rarely surface as 503.
+pub const SDK_MAX_ATTEMPTS: u32 = 8;
+/// First retry delay; each retry doubles it (full jitter), up to [`SDK_MAX_BACKOFF`].
+pub const SDK_INITIAL_BACKOFF: Duration = Duration::from_millis(25);
+/// Longest delay between two attempts. With [`SDK_MAX_ATTEMPTS`], one request sleeps at most
+/// 25+50+…+800+1000 ms ≈ 2.6 s (1.3 s on average) before giving up: a handler of a few requests
+/// still answers within the functions' 10 s timeout in all but pathological cases.
+pub const SDK_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The DynamoDB client configuration every deployment uses: `sdk` (endpoint, region,
+/// credentials from the environment) with the retry policy above.
+pub fn client_config(sdk: &aws_config::SdkConfig) -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::from(sdk).retry_config(
+        RetryConfig::standard()
+            .with_max_attempts(SDK_MAX_ATTEMPTS)
+            .with_initial_backoff(SDK_INITIAL_BACKOFF)
+            .with_max_backoff(SDK_MAX_BACKOFF),
+    )
+}
 
 /// See the module docs.
 #[derive(Debug, Clone)]
@@ -236,6 +288,8 @@ where
                 || code.contains("InternalServerError")
                 || code.contains("ServiceUnavailable")
                 || code.contains("TransactionInProgress")
+                || code.contains("TransactionConflict")
+                || code.contains("ReplicatedWriteConflict")
             {
                 StoreError::Unavailable(message)
             } else {
@@ -359,6 +413,28 @@ pub fn classify_cancellation(
     Cancelled::Retry
 }
 
+/// Whether a cancelled append transaction was in fact applied by an earlier attempt of the same
+/// transaction: the event item at `event` (or the idempotency item at `idem`) failed its
+/// `attribute_not_exists` condition holding `event_id`, which was minted at random for this
+/// transaction only. Then the whole transaction applied (it is atomic) and its answer is
+/// success, not a lost race, a conflict or a duplicate.
+pub fn applied_by_us(
+    reasons: &[CancellationReason],
+    event: usize,
+    idem: Option<usize>,
+    event_id: &str,
+) -> bool {
+    let holds_ours = |i: usize, field: &str| {
+        reasons.get(i).is_some_and(|r| {
+            r.code() == Some("ConditionalCheckFailed")
+                && r.item()
+                    .and_then(|item| get_s(item, field))
+                    .is_some_and(|id| id == event_id)
+        })
+    };
+    holds_ours(event, "id") || idem.is_some_and(|i| holds_ours(i, "event_id"))
+}
+
 /// The state change that rides along with an appended event.
 enum StateChange {
     Put {
@@ -403,10 +479,14 @@ impl DynamoStore {
     }
 
     /// A client configured from the environment (`AWS_ENDPOINT_URL_DYNAMODB` and the rest of
-    /// the SDK's standard variables).
+    /// the SDK's standard variables), with [`client_config`]'s retry policy.
     pub async fn client_from_env() -> Client {
-        let config = aws_config::load_from_env().await;
-        Client::new(&config)
+        Self::client(&aws_config::load_from_env().await)
+    }
+
+    /// A client of `sdk` with [`client_config`]'s retry policy.
+    pub fn client(sdk: &aws_config::SdkConfig) -> Client {
+        Client::from_conf(client_config(sdk).build())
     }
 
     pub fn table(&self) -> &str {
@@ -577,6 +657,7 @@ impl DynamoStore {
                 .build(),
         );
         let meta_index = 0;
+        let event_index = 1;
 
         let parts = split_utf8(&event.data, CHUNK_BYTES);
         let mut ev: Item = key(pk(id), event_sk(seq));
@@ -680,6 +761,8 @@ impl DynamoStore {
             )?);
         }
 
+        // One token per transaction, set here and not by the SDK: every SDK attempt of this
+        // call re-sends it unchanged, and a new read-modify-write gets a new one.
         let token = uuid_like();
         let result = self
             .client
@@ -690,24 +773,38 @@ impl DynamoStore {
             .send()
             .await
             .tally(&self.metrics);
+        let ours = EventRef {
+            id: event_id,
+            sequence: seq,
+        };
         match result {
-            Ok(_) => Ok(Ok(EventRef {
-                id: event_id,
-                sequence: seq,
-            })),
+            Ok(_) => Ok(Ok(ours)),
             Err(SdkError::ServiceError(ctx)) => {
                 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as E;
                 match ctx.err() {
-                    E::TransactionCanceledException(c) => Ok(Err(classify_cancellation(
-                        c.cancellation_reasons(),
-                        meta_index,
-                        state_index,
-                        idem_index,
-                        now,
-                    ))),
+                    E::TransactionCanceledException(c) => {
+                        let reasons = c.cancellation_reasons();
+                        if applied_by_us(reasons, event_index, idem_index, &ours.id) {
+                            tracing::warn!(
+                                address_id = %id, sequence = seq,
+                                "a re-sent transaction was cancelled by its own earlier attempt; \
+                                 answering its success"
+                            );
+                            return Ok(Ok(ours));
+                        }
+                        Ok(Err(classify_cancellation(
+                            reasons,
+                            meta_index,
+                            state_index,
+                            idem_index,
+                            now,
+                        )))
+                    }
                     _ => Err(sdk_err("TransactWriteItems", SdkError::ServiceError(ctx))),
                 }
             }
+            // Unanswered after every SDK attempt: it may have applied, so the caller answers
+            // `unavailable` and never re-runs the read-modify-write.
             Err(e) => Err(sdk_err("TransactWriteItems", e)),
         }
     }
@@ -887,6 +984,31 @@ async fn backoff(attempt: u32) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
+/// Sends a non-transactional write again (with jitter) while DynamoDB rejects it with
+/// `TransactionConflictException`: an append transaction held the item, and the write did not
+/// apply. Only for writes that are safe to repeat (see the module docs).
+async fn resend_on_conflict<T, E, R, F, Fut>(mut send: F) -> Result<T, SdkError<E, R>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, SdkError<E, R>>>,
+    E: ProvideErrorMetadata,
+{
+    let mut attempt = 0;
+    loop {
+        let result = send().await;
+        let conflict = matches!(
+            &result,
+            Err(SdkError::ServiceError(ctx))
+                if ctx.err().code() == Some("TransactionConflictException")
+        );
+        if !conflict || attempt + 1 >= MAX_CONFLICT_ATTEMPTS {
+            return result;
+        }
+        backoff(attempt).await;
+        attempt += 1;
+    }
+}
+
 #[async_trait]
 impl Store for DynamoStore {
     fn kind(&self) -> &'static str {
@@ -922,19 +1044,34 @@ impl Store for DynamoStore {
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression("attribute_not_exists(pk)")
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
             .tally(&self.metrics);
         match result {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Err(StoreError::AddressExists)
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::put_item::PutItemError;
+                match e.as_service_error() {
+                    Some(PutItemError::ConditionalCheckFailedException(c)) => {
+                        // An SDK re-send after our first attempt applied finds our own META.
+                        let ours = c.item().is_some_and(|old| {
+                            get_s(old, "token_hash").as_deref() == Some(a.token_hash.as_str())
+                                && get_s(old, "inbox_hash").as_deref()
+                                    == Some(a.inbox_hash.as_str())
+                                && get_i(old, "created_at") == Some(a.created_at)
+                        });
+                        if ours {
+                            tracing::info!(address_id = %a.id, "create applied by an earlier attempt");
+                            Ok(())
+                        } else {
+                            Err(StoreError::AddressExists)
+                        }
+                    }
+                    _ => Err(sdk_err("PutItem META", e)),
+                }
             }
-            Err(e) => Err(sdk_err("PutItem META", e)),
         }
     }
 
@@ -992,40 +1129,50 @@ impl Store for DynamoStore {
     }
 
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(id), "META".into())))
-            .update_expression("SET deleted_at = :now, #ttl = :ttl")
-            .condition_expression(
-                "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND \
-                 (attribute_not_exists(expires_at) OR expires_at > :now)",
-            )
-            .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":ttl", n(ttl_secs(now.saturating_add(self.tombstone_ms))))
-            .return_values_on_condition_check_failure(
-                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
-            )
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics);
+        // Marks this deletion as ours, so that a re-send finding the tombstone knows it is ours.
+        let deleted_by = uuid_like();
+        let result = resend_on_conflict(|| {
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk(id), "META".into())))
+                .update_expression("SET deleted_at = :now, deleted_by = :by, #ttl = :ttl")
+                .condition_expression(
+                    "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND \
+                     (attribute_not_exists(expires_at) OR expires_at > :now)",
+                )
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now", n(now))
+                .expression_attribute_values(":by", s(&deleted_by))
+                .expression_attribute_values(
+                    ":ttl",
+                    n(ttl_secs(now.saturating_add(self.tombstone_ms))),
+                )
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+        })
+        .await
+        .tally(&self.metrics);
         match result {
             Ok(_) => {}
             Err(e) => {
                 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-                if let Some(UpdateItemError::ConditionalCheckFailedException(c)) =
-                    e.as_service_error()
-                {
-                    return Err(if c.item().is_some() {
-                        StoreError::AddressGone
-                    } else {
-                        StoreError::AddressNotFound
-                    });
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => match c.item() {
+                        // An SDK re-send after our first attempt applied: our own tombstone.
+                        Some(old)
+                            if get_s(old, "deleted_by").as_deref() == Some(deleted_by.as_str()) =>
+                        {
+                            tracing::info!(address_id = %id, "delete applied by an earlier attempt");
+                        }
+                        Some(_) => return Err(StoreError::AddressGone),
+                        None => return Err(StoreError::AddressNotFound),
+                    },
+                    _ => return Err(sdk_err("UpdateItem delete", e)),
                 }
-                return Err(sdk_err("UpdateItem delete", e));
             }
         }
         if let Err(e) = self.enqueue_purge(id).await {
@@ -1178,20 +1325,22 @@ impl Store for DynamoStore {
     async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked> {
         self.live(id, now).await?;
         let seq = ids::event_sequence(event_id).ok_or(StoreError::NotFound)?;
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(id), event_sk(seq))))
-            .update_expression("SET acked_at = if_not_exists(acked_at, :now)")
-            .condition_expression("attribute_exists(pk) AND id = :id AND expires_at > :now")
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":id", s(event_id))
-            .return_values(ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics);
+        // Idempotent: a re-send after an applied attempt keeps the first `acked_at`.
+        let result = resend_on_conflict(|| {
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk(id), event_sk(seq))))
+                .update_expression("SET acked_at = if_not_exists(acked_at, :now)")
+                .condition_expression("attribute_exists(pk) AND id = :id AND expires_at > :now")
+                .expression_attribute_values(":now", n(now))
+                .expression_attribute_values(":id", s(event_id))
+                .return_values(ReturnValue::AllNew)
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+        })
+        .await
+        .tally(&self.metrics);
         match result {
             Ok(out) => {
                 let at = out
@@ -1237,7 +1386,7 @@ impl Store for DynamoStore {
     }
 
     async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
-        let a = self.live(id, now).await?;
+        self.live(id, now).await?;
         let mut keys = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -1272,10 +1421,14 @@ impl Store for DynamoStore {
             }
         }
         keys.sort_by(|a, b| a.key.cmp(&b.key));
+        // The totals come from the items listed, not from META (read before the query): a
+        // write between the two reads would otherwise show totals of another moment than the
+        // keys (one state write changes one item, so the items themselves are always a
+        // consistent set). META's counters, kept in the same transactions, agree at rest.
         Ok(StateListing {
+            state_keys: keys.len() as u64,
+            state_bytes: keys.iter().map(|k| k.size).sum(),
             keys,
-            state_keys: a.state_keys,
-            state_bytes: a.state_bytes,
         })
     }
 
@@ -1430,6 +1583,8 @@ impl Store for DynamoStore {
         now: Millis,
     ) -> StoreResult<Option<u64>> {
         let (window, retry_after) = rate_window(now);
+        // Not idempotent: an SDK re-send after an applied attempt counts this request twice
+        // (see the module docs).
         let out = self
             .client
             .update_item()
@@ -1560,6 +1715,49 @@ mod tests {
                 body_hash: "h".into()
             }
         );
+    }
+
+    #[test]
+    fn our_own_event_or_idempotency_item_means_applied() {
+        let event = |id: &str| {
+            reason(
+                "ConditionalCheckFailed",
+                Some(HashMap::from([("id".into(), s(id)), ("seq".into(), n(4))])),
+            )
+        };
+        let meta_moved = reason(
+            "ConditionalCheckFailed",
+            Some(HashMap::from([("seq".into(), n(4))])),
+        );
+        let r = [meta_moved.clone(), event("evt_ours")];
+        assert!(applied_by_us(&r, 1, None, "evt_ours"));
+        assert!(
+            !applied_by_us(&r, 1, None, "evt_theirs"),
+            "another writer's event at our sequence is a lost race"
+        );
+        assert_eq!(
+            classify_cancellation(&r, 0, None, None, 0),
+            Cancelled::Retry
+        );
+        let idem = reason(
+            "ConditionalCheckFailed",
+            Some(HashMap::from([
+                ("event_id".into(), s("evt_ours")),
+                ("seq".into(), n(4)),
+                ("body_hash".into(), s("h")),
+            ])),
+        );
+        let r = [meta_moved.clone(), reason("None", None), idem];
+        assert!(
+            applied_by_us(&r, 1, Some(2), "evt_ours"),
+            "our own idempotency record is not a duplicate delivery"
+        );
+        assert!(!applied_by_us(&r, 1, Some(2), "evt_other"));
+        let r = [meta_moved, reason("None", None)];
+        assert!(!applied_by_us(&r, 1, None, "evt_ours"));
+        let r = [reason("None", None), event("evt_ours")];
+        assert!(applied_by_us(&r, 1, None, "evt_ours"));
+        assert!(!applied_by_us(&[], 1, Some(2), "evt_ours"));
     }
 
     #[test]

@@ -246,7 +246,9 @@ impl SqliteStore {
             .map_err(|_| StoreError::Unavailable("the database writer has stopped".into()))?
     }
 
-    /// Runs `f` on a reader connection (on a file), or through the writer (in memory).
+    /// Runs `f` on a reader connection (on a file), or through the writer (in memory), in one
+    /// read transaction: every statement of `f` sees the same snapshot, so a read made of
+    /// several queries (the state listing and its totals) never mixes two moments.
     async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -266,7 +268,7 @@ impl SqliteStore {
                 Some(c) => c,
                 None => open_reader(&path)?,
             };
-            let result = f(&conn);
+            let result = read_snapshot(&conn, f);
             inner
                 .readers
                 .lock()
@@ -277,6 +279,18 @@ impl SqliteStore {
         .await
         .map_err(|e| StoreError::Internal(format!("reader task failed: {e}")))?
     }
+}
+
+/// `f` inside one deferred transaction (WAL: one snapshot for all its statements), ended
+/// without writing anything.
+fn read_snapshot<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let tx = conn.unchecked_transaction().map_err(sql_err)?;
+    let result = f(&tx);
+    tx.rollback().map_err(sql_err)?;
+    result
 }
 
 fn open_reader(path: &Path) -> StoreResult<Connection> {

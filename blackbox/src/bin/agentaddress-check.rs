@@ -1,0 +1,73 @@
+//! `agentaddress-check --url URL --ops N --clients C [--seed S]`: drives a deployment with C
+//! concurrent clients doing a random mix over HTTP, records every request and response, and
+//! checks the invariants (see `agentaddress_blackbox::check`). Prints a summary per request
+//! kind and, as its last line, `N operations, K anomalies`. Exits 1 when K > 0, 2 when the run
+//! could not start.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+
+use agentaddress_blackbox::check::{self, Config};
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "agentaddress-check", version, about)]
+struct Args {
+    /// Base URL of the deployment.
+    #[arg(long, env = "AGENTADDRESS_CHECK_URL")]
+    url: String,
+    /// HTTP requests to issue (the workload stops starting new steps there).
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    /// Concurrent workload clients.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    clients: u16,
+    /// Seed of every random choice (default: from the clock; printed at start).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// `wait` seconds of the consumers' long polls.
+    #[arg(long, default_value_t = 5.0)]
+    poll_wait: f64,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!("agentaddress-check: seed {seed}");
+    let mut config = Config::new(&args.url, args.ops, usize::from(args.clients), seed);
+    config.poll_wait_seconds = args.poll_wait.max(0.0);
+    config.verbose = !args.quiet;
+    match check::run(config).await {
+        Ok(report) => {
+            print!("{}", report.summary());
+            println!("{}", report.last_line());
+            if report.anomalies.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("agentaddress-check: cannot run: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! `agentaddress-check` (the invariant checker of `agentaddress_blackbox::check`) against a real
+//! `agentaddress serve` started with default settings: once undisturbed, and once while the
+//! server is SIGKILLed at random moments and restarted on the same database file and port.
+//!
+//! The seed is fixed (override with `AGENTADDRESS_CHECK_SEED`) so a failure can be replayed;
+//! the report — per-kind status histogram, anomalies — is printed either way.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentaddress_blackbox::check::{self, Config, Report};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+fn seed(default: u64) -> u64 {
+    match std::env::var("AGENTADDRESS_CHECK_SEED") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("AGENTADDRESS_CHECK_SEED={s:?} is not a u64: {e}")),
+        _ => default,
+    }
+}
+
+/// Starts `agentaddress serve --listen LISTEN --db DB` (nothing else: default settings) and
+/// returns it with the base URL from its first stdout line.
+async fn spawn(db: &Path, listen: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .args(["serve", "--listen", listen, "--db"])
+        .arg(db)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
+        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
+        .unwrap_or_else(|| panic!("agentaddress serve exited before listening (on {listen})"));
+    let base = line
+        .strip_prefix("agentaddress listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    (child, base)
+}
+
+fn show(report: &Report) {
+    println!("{}", report.summary());
+    println!("{}", report.last_line());
+}
+
+/// `count` of `kind` answered with outcome `label`.
+fn count(report: &Report, kind: &str, label: &str) -> u64 {
+    report
+        .by_kind
+        .get(kind)
+        .and_then(|h| h.get(label))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The run exercised what it claims to: successful and conflicting CAS increments, accepted
+/// deliveries and their duplicates, rejected reused keys, feed polls and acks.
+fn assert_mix(report: &Report) {
+    for (kind, label) in [
+        ("put_cas_increment", "200"),
+        ("put_cas_increment", "409 revision_conflict"),
+        ("deliver_idempotent", "202"),
+        ("deliver_idempotent", "200"),
+        ("deliver_other_body", "422 idempotency_key_reused"),
+        ("delete_conditional", "200"),
+        ("poll", "200"),
+        ("ack", "200"),
+    ] {
+        assert!(
+            count(report, kind, label) > 0,
+            "the workload never got {label} for {kind}:\n{}",
+            report.summary()
+        );
+    }
+    assert!(
+        report.events > 0 && report.consumers > 0,
+        "{}",
+        report.summary()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checker_finds_no_anomaly_on_serve_with_default_settings() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (_server, base) = spawn(&dir.path().join("agentaddress.db"), "127.0.0.1:0").await;
+    let ops = 20_000;
+    let mut config = Config::new(&base, ops, 16, seed(20_261_130));
+    config.verbose = true;
+    println!("agentaddress-check: seed {}", config.seed);
+    let report = check::run(config)
+        .await
+        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+    show(&report);
+    assert!(
+        report.ops >= ops,
+        "only {} of {ops} operations were issued",
+        report.ops
+    );
+    assert_mix(&report);
+    assert!(
+        report.anomalies.is_empty(),
+        "{} anomalies:\n{}",
+        report.anomalies.len(),
+        report.summary()
+    );
+}
+
+/// A free TCP port on 127.0.0.1 (the server is restarted on the same one).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
+    l.local_addr()
+        .unwrap_or_else(|e| panic!("local_addr: {e}"))
+        .port()
+}
+
+async fn restart(db: &Path, listen: &str, base: &str) -> Child {
+    let started = Instant::now();
+    loop {
+        let (child, b) = spawn(db, listen).await;
+        if b == base {
+            return child;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the restarted server listens on {b}, not {base}"
+        );
+        drop(child);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checker_finds_no_anomaly_while_serve_is_killed_and_restarted() {
+    const KILLS: usize = 6;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let db = dir.path().join("agentaddress.db");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (first, base) = spawn(&db, &listen).await;
+    let ops = 12_000;
+    let seed = seed(7_070_707);
+    let mut config = Config::new(&base, ops, 12, seed);
+    config.verbose = true;
+    println!("agentaddress-check: seed {seed}");
+    let progress = config.progress.clone();
+    let checker = tokio::spawn(check::run(config));
+
+    // Kill points: one random request count in each of KILLS equal slices of 10 %..85 % of the
+    // run, so kills are spread out and all fall while the workload runs.
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xdead);
+    let slice = ops * 75 / 100 / KILLS as u64;
+    let points: Vec<u64> = (0..KILLS as u64)
+        .map(|i| ops / 10 + i * slice + rng.gen_range(0..slice))
+        .collect();
+    let mut server = Some(first);
+    let mut kills = Vec::new();
+    for p in points {
+        while progress.issued() < p && !progress.workload_done() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if progress.workload_done() {
+            break;
+        }
+        if let Some(mut child) = server.take() {
+            child
+                .start_kill()
+                .unwrap_or_else(|e| panic!("SIGKILL the server: {e}"));
+            child
+                .wait()
+                .await
+                .unwrap_or_else(|e| panic!("reap the killed server: {e}"));
+        }
+        kills.push(progress.issued());
+        // Down for a moment: requests in flight were cut, new ones are refused.
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(0..400))).await;
+        server = Some(restart(&db, &listen, &base).await);
+    }
+    let report = checker
+        .await
+        .unwrap_or_else(|e| panic!("the checker task failed: {e}"))
+        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+    show(&report);
+    println!(
+        "SIGKILLed and restarted {} times, at requests {kills:?}; {} requests had an unknown outcome",
+        kills.len(),
+        report.unknown_outcomes()
+    );
+    assert!(
+        kills.len() >= 5,
+        "only {} kills happened while the workload ran (at {kills:?})",
+        kills.len()
+    );
+    assert!(
+        report.unknown_outcomes() > 0,
+        "no request was cut or refused: the kills missed the workload"
+    );
+    assert!(report.ops >= ops, "only {} of {ops} operations", report.ops);
+    assert_mix(&report);
+    assert!(
+        report.anomalies.is_empty(),
+        "{} anomalies after {} kills:\n{}",
+        report.anomalies.len(),
+        kills.len(),
+        report.summary()
+    );
+    drop(server);
+}

@@ -1,0 +1,208 @@
+//! Schemathesis fuzzes a real `agentaddress serve` from its own `/openapi.json`
+//! (`scripts/schemathesis`): every operation, with `not_a_server_error` and the response
+//! conformance checks (status code, content type, headers, schema).
+//!
+//! The server runs with raised creation and poll rate limits (the fuzzer sends hundreds of
+//! creations and feed reads a minute; at the defaults most answers would be 429s, which
+//! conform but test nothing else) and a 1 s longest wait (so fuzzed `wait` values do not hold
+//! requests for 25 s). Needs `scripts/schemathesis --install-only` to have run (the test
+//! command does it); without the venv this test fails and says so.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use agentaddress_blackbox::Client;
+use agentaddress_shared::api::RouteGroup;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Test cases per operation and phase: ~1,000 requests in all, about a minute here.
+const MAX_EXAMPLES: &str = "40";
+/// A fixed seed, so a run is reproducible (`scripts/schemathesis --seed` explores others).
+const SEED: &str = "20261130";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or_else(|| panic!("the cli crate has a parent directory"))
+        .to_path_buf()
+}
+
+async fn spawn_server(db: &Path) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--creations-per-minute",
+            "100000",
+            "--polls-per-minute",
+            "100000",
+            "--max-wait-seconds",
+            "1",
+            "--db",
+        ])
+        .arg(db)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
+        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
+        .unwrap_or_else(|| panic!("agentaddress serve exited before listening"));
+    let base = line
+        .strip_prefix("agentaddress listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .to_owned();
+    (child, base)
+}
+
+/// `(METHOD, path)` of every operation in an OpenAPI document.
+fn operations(spec: &serde_json::Value) -> Vec<(String, String)> {
+    let paths = spec["paths"]
+        .as_object()
+        .unwrap_or_else(|| panic!("/openapi.json has no paths: {spec}"));
+    let mut ops: Vec<(String, String)> = paths
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .into_iter()
+                .flat_map(|m| m.keys())
+                .filter(|m| {
+                    [
+                        "get", "put", "post", "delete", "patch", "head", "options", "trace",
+                    ]
+                    .contains(&m.as_str())
+                })
+                .map(move |m| (m.to_ascii_uppercase(), path.clone()))
+        })
+        .collect();
+    ops.sort();
+    ops
+}
+
+/// `schemathesis: O of D operations tested, T test cases, F failures, E errors`.
+fn parse_summary(line: &str) -> Option<[u64; 5]> {
+    let rest = line.strip_prefix("schemathesis: ")?;
+    let numbers: Vec<u64> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect::<Option<_>>()?;
+    let expected_shape = format!(
+        "{} of {} operations tested, {} test cases, {} failures, {} errors",
+        numbers.first()?,
+        numbers.get(1)?,
+        numbers.get(2)?,
+        numbers.get(3)?,
+        numbers.get(4)?
+    );
+    (rest == expected_shape && numbers.len() == 5)
+        .then(|| [numbers[0], numbers[1], numbers[2], numbers[3], numbers[4]])
+}
+
+#[test]
+fn summary_lines_parse() {
+    assert_eq!(
+        parse_summary(
+            "schemathesis: 14 of 14 operations tested, 980 test cases, 0 failures, 0 errors"
+        ),
+        Some([14, 14, 980, 0, 0])
+    );
+    assert_eq!(parse_summary("schemathesis: 14 operations"), None);
+    assert_eq!(parse_summary("14 of 14 operations tested"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_nothing() {
+    let root = repo_root();
+    let venv_bin = root.join(".cache/schemathesis-venv/bin/schemathesis");
+    assert!(
+        venv_bin.is_file(),
+        "schemathesis is not installed at {}: run `scripts/schemathesis --install-only` first \
+         (the test command does)",
+        venv_bin.display()
+    );
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (mut server, base) = spawn_server(&dir.path().join("agentaddress.db")).await;
+
+    // The operations the server declares are exactly the routes it serves.
+    let c = Client::new(&base);
+    let r = c.get("/openapi.json", None).await;
+    r.expect_status(200, "GET /openapi.json");
+    let declared = operations(&r.json);
+    let mut routed: Vec<(String, String)> = RouteGroup::ALL
+        .iter()
+        .flat_map(|g| g.endpoints())
+        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .collect();
+    routed.sort();
+    assert_eq!(
+        declared, routed,
+        "/openapi.json declares exactly the routes of the router"
+    );
+
+    let started = Instant::now();
+    let out = Command::new(root.join("scripts/schemathesis"))
+        .args([
+            "--url",
+            &base,
+            "--max-examples",
+            MAX_EXAMPLES,
+            "--seed",
+            SEED,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("cannot run scripts/schemathesis: {e}"));
+    let elapsed = started.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    println!("scripts/schemathesis took {elapsed:.1?}");
+
+    assert!(
+        server
+            .try_wait()
+            .unwrap_or_else(|e| panic!("server status: {e}"))
+            .is_none(),
+        "the server is still running after the fuzzing"
+    );
+    let last = stdout.lines().last().unwrap_or("");
+    let [tested, of, cases, failures, errors] = parse_summary(last)
+        .unwrap_or_else(|| panic!("no summary line at the end of the output: {last:?}"));
+    assert!(
+        out.status.success(),
+        "scripts/schemathesis failed ({}): {last}",
+        out.status
+    );
+    assert_eq!(failures, 0, "{last}");
+    assert_eq!(errors, 0, "{last}");
+    assert_eq!(
+        of,
+        declared.len() as u64,
+        "schemathesis saw every declared operation: {last}"
+    );
+    assert_eq!(tested, of, "every operation was exercised: {last}");
+    assert!(
+        cases >= 20 * of,
+        "at least 20 test cases per operation on average: {last}"
+    );
+    // Still answering after the fuzzing.
+    c.get("/healthz", None)
+        .await
+        .expect_status(200, "healthz after fuzzing");
+}

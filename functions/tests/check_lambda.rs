@@ -1,0 +1,64 @@
+//! `agentaddress-check` (the invariant checker of `agentaddress_blackbox::check`) against the
+//! local Lambda stack: the real function binaries under `cargo lambda watch` over DynamoDB
+//! Local, with the server's default limits.
+//!
+//! `scripts/test` starts the stack and passes `AGENTADDRESS_LAMBDA_URL`; without it this test
+//! fails loudly, never skips. Each function has 8 instances that serve one request at a time,
+//! so the workload uses 8 clients (plus one or two consumers per active address). The seed is
+//! fixed (override with `AGENTADDRESS_CHECK_SEED`).
+
+use agentaddress_blackbox::check::{self, Config};
+
+fn env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn checker_finds_no_anomaly_on_the_lambda_stack() {
+    let url = env("AGENTADDRESS_LAMBDA_URL");
+    let seed = match std::env::var("AGENTADDRESS_CHECK_SEED") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("AGENTADDRESS_CHECK_SEED={s:?} is not a u64: {e}")),
+        _ => 3_141_592,
+    };
+    let ops = 20_000;
+    let mut config = Config::new(&url, ops, 8, seed);
+    config.verbose = true;
+    println!("agentaddress-check: seed {seed} against {url}");
+    let report = check::run(config)
+        .await
+        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+    println!("{}", report.summary());
+    println!("{}", report.last_line());
+    assert!(
+        report.ops >= ops,
+        "only {} of {ops} operations were issued",
+        report.ops
+    );
+    for (kind, label) in [
+        ("put_cas_increment", "200"),
+        ("deliver_idempotent", "202"),
+        ("deliver_idempotent", "200"),
+        ("poll", "200"),
+        ("ack", "200"),
+    ] {
+        let n = report
+            .by_kind
+            .get(kind)
+            .and_then(|h| h.get(label))
+            .copied()
+            .unwrap_or(0);
+        assert!(n > 0, "the workload never got {label} for {kind}");
+    }
+    assert!(
+        report.anomalies.is_empty(),
+        "{} anomalies:\n{}",
+        report.anomalies.len(),
+        report.summary()
+    );
+}
