@@ -113,13 +113,18 @@ impl Client {
                 .send_once(&method, &url, token, headers, body.clone())
                 .await;
             // A 5xx that is not agentaddress's own error envelope came from the gateway in
-            // front (API Gateway, or cargo-lambda's emulator). Clients retry those on idempotent
-            // requests; our own 5xx answers are never retried, so they still fail a test.
+            // front (API Gateway, or cargo-lambda's emulator, which now and then answers its
+            // own 500 although the function answered). Clients retry those on idempotent
+            // requests — GET, PUT (the same value again), ack (idempotent by the contract);
+            // our own 5xx answers are never retried, so they still fail a test.
             let from_gateway = r.status >= 500 && r.json["error"]["code"].as_str().is_none();
-            if from_gateway && method == reqwest::Method::GET && attempt < 3 {
+            let idempotent = method == reqwest::Method::GET
+                || method == reqwest::Method::PUT
+                || (method == reqwest::Method::POST && url.ends_with("/ack"));
+            if from_gateway && idempotent && attempt < 3 {
                 attempt += 1;
                 eprintln!(
-                    "blackbox: gateway answered {} to GET {url} (not from agentaddress): {}; retry {attempt}",
+                    "blackbox: gateway answered {} to {method} {url} (not from agentaddress): {}; retry {attempt}",
                     r.status, r.text
                 );
                 tokio::time::sleep(Duration::from_millis(500)).await;
