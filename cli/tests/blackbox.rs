@@ -5,14 +5,14 @@
 //! did not start). Otherwise each test starts its own server on a free port and a fresh
 //! database file, so tests run in parallel without sharing rate limits.
 
-use std::path::PathBuf;
+mod common;
+
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::process::Stdio;
 use std::time::Duration;
 
 use agentaddress_blackbox::{scenarios, Client, Restartable};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 struct Server {
     child: Option<Child>,
@@ -22,31 +22,8 @@ struct Server {
     _dir: tempfile::TempDir,
 }
 
-async fn spawn(db: &PathBuf, listen: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--listen", listen, "--db"])
-        .arg(db)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
-        .unwrap_or_else(|| panic!("agentaddress serve exited before listening"));
-    let base = line
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_owned();
-    (child, base)
+async fn spawn(db: &Path, listen: &str) -> (Child, String) {
+    common::spawn_serve(db, listen, &[]).await
 }
 
 impl Server {

@@ -5,15 +5,15 @@
 //! The seed is fixed (override with `AGENTADDRESS_CHECK_SEED`) so a failure can be replayed;
 //! the report — per-kind status histogram, anomalies — is printed either way.
 
+mod common;
+
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use agentaddress_blackbox::check::{self, Config, Report};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 fn seed(default: u64) -> u64 {
     match std::env::var("AGENTADDRESS_CHECK_SEED") {
@@ -28,30 +28,7 @@ fn seed(default: u64) -> u64 {
 /// Starts `agentaddress serve --listen LISTEN --db DB` (nothing else: default settings) and
 /// returns it with the base URL from its first stdout line.
 async fn spawn(db: &Path, listen: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--listen", listen, "--db"])
-        .arg(db)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
-        .unwrap_or_else(|| panic!("agentaddress serve exited before listening (on {listen})"));
-    let base = line
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_owned();
-    (child, base)
+    common::spawn_serve(db, listen, &[]).await
 }
 
 fn show(report: &Report) {

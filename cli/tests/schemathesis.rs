@@ -8,13 +8,14 @@
 //! requests for 25 s). Needs `scripts/schemathesis --install-only` to have run (the test
 //! command does it); without the venv this test fails and says so.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use agentaddress_blackbox::Client;
 use agentaddress_shared::api::RouteGroup;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Test cases per operation and phase: ~1,000 requests in all, about a minute here.
@@ -30,41 +31,19 @@ fn repo_root() -> PathBuf {
 }
 
 async fn spawn_server(db: &Path) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
+    common::spawn_serve(
+        db,
+        "127.0.0.1:0",
+        &[
             "--creations-per-minute",
             "100000",
             "--polls-per-minute",
             "100000",
             "--max-wait-seconds",
             "1",
-            "--db",
-        ])
-        .arg(db)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
-        .unwrap_or_else(|| panic!("agentaddress serve exited before listening"));
-    let base = line
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_owned();
-    (child, base)
+        ],
+    )
+    .await
 }
 
 /// `(METHOD, path)` of every operation in an OpenAPI document.
