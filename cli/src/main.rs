@@ -1,9 +1,12 @@
 //! The `agentaddress` binary: `serve` runs the whole API on one port over the embedded store;
-//! `purge-worker` consumes the AWS deployment's purge queue.
+//! `purge-worker` consumes the AWS deployment's purge queue; `create`, `handoff`, `poll`, `ack`
+//! and `state` are the command-line client (docs/CLI.md).
 #![forbid(unsafe_code)]
 
+mod client;
 mod purge;
 mod serve;
+mod transport;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +28,8 @@ enum Command {
     /// Consume the purge queue of the AWS deployment (what the `purge` Lambda does), by
     /// long-polling SQS: for local stacks and for running purges outside Lambda.
     PurgeWorker(purge::PurgeArgs),
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 /// The multi-threaded runtime every subcommand runs on; `None` (after saying why) if the OS
@@ -47,5 +52,6 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::PurgeWorker(args) => purge::run(args),
+        Command::Client(command) => client::run(command),
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use agentaddress_shared::api::{self, ApiConfig, AppState};
 use agentaddress_shared::config::ServiceConfig;
 use agentaddress_shared::domain::{Clock, SystemClock};
-use agentaddress_shared::store::sqlite::{SqliteStore, Synchronous};
+use agentaddress_shared::store::sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
 use agentaddress_shared::store::Store;
 use tokio::sync::watch;
 
@@ -26,6 +26,18 @@ pub struct ServeArgs {
     /// `full`: every 2xx survives power loss. `normal`: survives process crashes only.
     #[arg(long, env = "AGENTADDRESS_SQLITE_SYNCHRONOUS", value_enum, default_value_t = Synchronous::Full)]
     sqlite_synchronous: Synchronous,
+
+    /// Most write requests SQLite commits in one transaction (group commit; 1 = off).
+    /// A benchmarking knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_SQLITE_GROUP_MAX", default_value_t = MAX_GROUP as u64, hide = true,
+          value_parser = clap::value_parser!(u64).range(1..=4096))]
+    sqlite_group_max: u64,
+
+    /// Whether a commit wakes waiting long polls (false: they re-read with backoff).
+    /// A benchmarking knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_SQLITE_WAKEUPS", default_value_t = true, hide = true,
+          action = clap::ArgAction::Set)]
+    sqlite_wakeups: bool,
 
     /// Seconds between sweeps that remove expired events and addresses.
     #[arg(long, env = "AGENTADDRESS_SWEEP_INTERVAL_SECONDS", default_value_t = 60,
@@ -52,14 +64,31 @@ pub fn init_tracing_text() {
 }
 
 fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    // rmcp logs MCP messages, read tokens included, at debug level: capped whatever RUST_LOG says.
+    if let Ok(cap) = agentaddress_shared::api::mcp::LOG_DIRECTIVE.parse() {
+        filter = filter.add_directive(cap);
+    }
+    use tracing_subscriber::prelude::*;
+    let cap = tracing_subscriber::filter::filter_fn(agentaddress_shared::api::mcp::log_allowed);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(cap),
+            )
+            .init(),
+        LogFormat::Json => registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr)
+                    .with_filter(cap),
+            )
+            .init(),
     }
 }
 
@@ -82,7 +111,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let store = if args.db.as_os_str() == ":memory:" {
         SqliteStore::open_in_memory()
     } else {
-        SqliteStore::open(&args.db, args.sqlite_synchronous)
+        SqliteStore::open_with(
+            &args.db,
+            SqliteOptions {
+                synchronous: args.sqlite_synchronous,
+                max_group: usize::try_from(args.sqlite_group_max).unwrap_or(MAX_GROUP),
+                wakeups: args.sqlite_wakeups,
+            },
+        )
     }
     .map_err(|e| format!("cannot open the database {}: {e}", args.db.display()))?;
     let store: Arc<dyn Store> = Arc::new(store);
@@ -93,7 +129,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let state = AppState::new(Arc::clone(&store), config)
         .with_clock(Arc::clone(&clock))
         .with_shutdown(shutdown_rx.clone());
-    let app = api::router(state);
+    // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
+    // them apart by the connection preface.
+    let app = api::router(state).layer(crate::transport::PerVersionLayer);
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentaddress_blackbox::Client;
@@ -87,7 +89,9 @@ async fn sigint_answers_waiting_polls_and_exits_cleanly() {
     graceful("-INT").await;
 }
 
-/// Eight senders deliver as fast as they can; the server is SIGKILLed mid-stream, three times.
+/// Eight senders deliver as fast as they can; the server is SIGKILLed mid-stream, three times,
+/// each time once a round's worth of deliveries has been answered (a count, not a delay, so a
+/// loaded machine still applies load before the kill).
 /// Every delivery answered 202 before a kill is in the feed afterwards with the same id and
 /// sequence, the feed is gapless, and retried keys are answered as duplicates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -100,10 +104,12 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
     let addresses = vec![c.new_address().await, c.new_address().await];
     let mut acknowledged: BTreeMap<String, (String, String, u64)> = BTreeMap::new();
     for round in 0..3 {
+        let answered = Arc::new(AtomicUsize::new(0));
         let senders: Vec<_> = (0..8)
             .map(|s| {
                 let c = c.clone();
                 let a = addresses[s % 2].clone();
+                let answered = answered.clone();
                 tokio::spawn(async move {
                     let mut ok = Vec::new();
                     for n in 0.. {
@@ -124,12 +130,22 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
                         let id = r.json["event"]["id"].as_str().unwrap_or("").to_owned();
                         let seq = r.json["event"]["sequence"].as_u64().unwrap_or(0);
                         ok.push((key, a.id.clone(), id, seq));
+                        answered.fetch_add(1, Ordering::Relaxed);
                     }
                     ok
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(250 + 150 * round)).await;
+        let target = 50 + 25 * round;
+        let waiting = Instant::now();
+        while answered.load(Ordering::Relaxed) < target {
+            assert!(
+                waiting.elapsed() < Duration::from_secs(60),
+                "round {round}: only {} deliveries answered in 60 s",
+                answered.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         child.start_kill().expect("SIGKILL");
         child.wait().await.expect("reap");
         for s in senders {

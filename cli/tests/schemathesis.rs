@@ -116,12 +116,13 @@ async fn schemathesis_finds_nothing() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let (mut server, base) = spawn_server(&dir.path().join("agentaddress.db")).await;
 
-    // The operations the server declares are exactly the routes it serves.
+    // The operations the server declares are exactly the routes of the HTTP API it serves
+    // (`POST /api/mcp` is JSON-RPC, described in docs/MCP.md, not in the OpenAPI document).
     let c = Client::new(&base);
     let r = c.get("/openapi.json", None).await;
     r.expect_status(200, "GET /openapi.json");
     let declared = operations(&r.json);
-    let mut routed: Vec<(String, String)> = RouteGroup::ALL
+    let mut routed: Vec<(String, String)> = RouteGroup::REST
         .iter()
         .flat_map(|g| g.endpoints())
         .map(|(m, p)| (m.to_string(), p.to_string()))

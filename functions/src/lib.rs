@@ -16,15 +16,35 @@ use lambda_runtime::LambdaEvent;
 
 pub type Error = lambda_http::Error;
 
-/// Logs as JSON lines (CloudWatch), filtered by `RUST_LOG` (default `info`).
+/// What may reach the log whatever `RUST_LOG` says: nothing below WARN from rmcp (it logs
+/// tool arguments, read tokens included, at debug), and nothing at TRACE from the Lambda
+/// runtime (it logs each raw invocation event — headers with the bearer token, the inbox
+/// URL's secret, bodies — at trace).
+fn log_allowed(meta: &tracing::Metadata<'_>) -> bool {
+    let target = meta.target();
+    let from_runtime = target == "lambda_runtime" || target.starts_with("lambda_runtime::");
+    api::mcp::log_allowed(meta) && !(from_runtime && *meta.level() == tracing::Level::TRACE)
+}
+
+/// Logs as JSON lines (CloudWatch), filtered by `RUST_LOG` (default `info`), secrets capped
+/// by [`log_allowed`].
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .without_time()
-        .with_current_span(false)
+    // rmcp logs MCP messages, read tokens included, at debug level: capped whatever RUST_LOG says.
+    if let Ok(cap) = api::mcp::LOG_DIRECTIVE.parse() {
+        filter = filter.add_directive(cap);
+    }
+    use tracing_subscriber::prelude::*;
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .without_time()
+                .with_current_span(false)
+                .with_filter(tracing_subscriber::filter::filter_fn(log_allowed)),
+        )
         .try_init();
 }
 

@@ -116,16 +116,19 @@ fn template_routes_and_binaries_match_the_code() {
     assert_eq!(deployed, binaries, "every binary of the crate is deployed");
 }
 
+/// `GET events` and the MCP tool `poll_events` long-poll up to 25 s.
 #[test]
-fn events_function_outlives_a_long_poll_but_not_the_http_api() {
+fn long_polling_functions_outlive_a_long_poll_but_not_the_http_api() {
     let t = template();
-    let timeout = t["Resources"]["EventsFunction"]["Properties"]["Timeout"]
-        .as_u64()
-        .expect("EventsFunction has its own timeout");
-    assert!(
-        (26..30).contains(&timeout),
-        "25 s long poll < {timeout} s < 30 s HTTP API limit"
-    );
+    for function in ["EventsFunction", "McpFunction"] {
+        let timeout = t["Resources"][function]["Properties"]["Timeout"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{function} has its own timeout"));
+        assert!(
+            (26..30).contains(&timeout),
+            "{function}: 25 s long poll < {timeout} s < 30 s HTTP API limit"
+        );
+    }
     let max_wait = t["Parameters"]["MaxWaitSeconds"]["MaxValue"].as_u64();
     assert_eq!(max_wait, Some(25));
 }

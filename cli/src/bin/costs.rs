@@ -2,7 +2,8 @@
 //! consumed (`ReturnConsumedCapacity=TOTAL`), by driving the real router in-process over the
 //! real `DynamoStore`. Point it at DynamoDB Local (or a real table) with the SDK's variables:
 //!
-//! `AGENTADDRESS_TABLE=… AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 agentaddress-costs [--idle-seconds 25]`
+//! `AGENTADDRESS_TABLE=… AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 agentaddress-costs [--idle-seconds 25]
+//! [--conversation-samples 40] [--idle-samples 0]`
 //!
 //! `scripts/costs` does all of that. Prints a Markdown table.
 #![forbid(unsafe_code)]
@@ -121,6 +122,15 @@ async fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(25);
+    let count = |name: &str, default: usize| -> usize {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let conversation_samples = count("--conversation-samples", 40);
+    let idle_samples = count("--idle-samples", 0);
     let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let store = aws.store(service.tombstone_seconds).await;
@@ -241,38 +251,58 @@ async fn main() {
         .await;
     row(&format!("idle long poll, {idle} s"), u, d);
 
-    let mut delays = Vec::new();
+    // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
+    // poll, as in a conversation in progress where the agent polls again right after each
+    // answer, and (b) at any moment of a 25 s poll of an idle address.
     let mut after = last;
-    for i in 0..12u64 {
-        let poll = {
-            let app = b.app.clone();
-            let token = token.clone();
-            let uri = format!("{events}?after={after}&wait=10");
-            tokio::spawn(async move {
-                let r = call(&app, "GET", &uri, Some(&token), None).await;
-                (r, Instant::now())
-            })
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for (label, window_ms, samples) in [
+        (
+            "arrival in the first 2 s of a poll",
+            2_000u64,
+            conversation_samples,
+        ),
+        ("arrival at any moment of a 25 s poll", 24_000, idle_samples),
+    ] {
+        let mut delays = Vec::new();
+        for _ in 0..samples {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let at = Duration::from_millis(seed % window_ms);
+            let poll = {
+                let app = b.app.clone();
+                let token = token.clone();
+                let uri = format!("{events}?after={after}&wait=25");
+                tokio::spawn(async move {
+                    let r = call(&app, "GET", &uri, Some(&token), None).await;
+                    (r, Instant::now())
+                })
+            };
+            tokio::time::sleep(at).await;
+            let (s, v) = b
+                .call("POST", &inbox, None, Some(json!({"type": "wake"})))
+                .await;
+            let delivered = Instant::now();
+            assert_eq!(s, 202, "{v}");
+            let ((s, v), returned) = poll.await.unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(s, 200, "{v}");
+            after = v["next_cursor"].as_u64().unwrap_or(after);
+            delays.push(returned.saturating_duration_since(delivered));
+        }
+        if delays.is_empty() {
+            continue;
+        }
+        delays.sort();
+        let pct = |p: f64| {
+            delays[((delays.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
         };
-        tokio::time::sleep(Duration::from_millis(300 + 97 * (i % 7))).await;
-        let (s, v) = b
-            .call("POST", &inbox, None, Some(json!({"type": "wake"})))
-            .await;
-        let delivered = Instant::now();
-        assert_eq!(s, 202, "{v}");
-        let ((s, v), returned) = poll.await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(s, 200, "{v}");
-        after = v["next_cursor"].as_u64().unwrap_or(after);
-        delays.push(returned.saturating_duration_since(delivered));
+        println!(
+            "query-loop delivery delay, {label}: n={} p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
+            delays.len(),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0)
+        );
     }
-    delays.sort();
-    let pct =
-        |p: f64| delays[((delays.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0;
-    println!();
-    println!(
-        "delivery → waiting poller (query loop, 50 ms doubling to 1 s): n={} p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
-        delays.len(),
-        pct(0.5),
-        pct(0.99),
-        pct(1.0)
-    );
 }

@@ -6,15 +6,14 @@ pub mod dto;
 pub mod error;
 pub mod extract;
 mod handlers;
+pub mod mcp;
 pub mod openapi;
+mod request_log;
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, post_service};
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 use serde::Serialize;
@@ -94,10 +93,23 @@ pub enum RouteGroup {
     State,
     /// `/healthz`, `/openapi.json`, `/skill.md`
     Service,
+    /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
+    Mcp,
 }
 
 impl RouteGroup {
-    pub const ALL: [RouteGroup; 6] = [
+    pub const ALL: [RouteGroup; 7] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+        RouteGroup::Mcp,
+    ];
+
+    /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
+    pub const REST: [RouteGroup; 6] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -115,6 +127,7 @@ impl RouteGroup {
             RouteGroup::Events => "events",
             RouteGroup::State => "state",
             RouteGroup::Service => "service",
+            RouteGroup::Mcp => "mcp",
         }
     }
 
@@ -147,10 +160,11 @@ impl RouteGroup {
                 ("GET", "/openapi.json"),
                 ("GET", "/skill.md"),
             ],
+            RouteGroup::Mcp => &[("POST", mcp::PATH)],
         }
     }
 
-    fn routes(self) -> Router<AppState> {
+    fn routes(self, state: &AppState) -> Router<AppState> {
         use handlers::*;
         let r = Router::new();
         match self {
@@ -182,6 +196,7 @@ impl RouteGroup {
                 .route("/healthz", get(healthz))
                 .route("/openapi.json", get(openapi_json))
                 .route("/skill.md", get(skill_md)),
+            RouteGroup::Mcp => r.route(mcp::PATH, post_service(mcp::service(state.clone()))),
         }
     }
 }
@@ -195,11 +210,11 @@ pub fn router(state: AppState) -> Router {
 pub fn router_for(groups: &[RouteGroup], state: AppState) -> Router {
     let mut app = Router::new();
     for g in groups {
-        app = app.merge(g.routes());
+        app = app.merge(g.routes(&state));
     }
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn(log_request))
+        .layer(request_log::RequestLogLayer)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
         .with_state(state)
 }
@@ -214,27 +229,6 @@ async fn method_not_allowed() -> ApiError {
 
 fn on_panic(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ApiError::Internal("a handler panicked".into()).into_response()
-}
-
-/// One log line per request with the route template, never the concrete path: inbox URLs carry
-/// secrets, and headers (tokens) are never logged.
-async fn log_request(req: Request, next: Next) -> Response {
-    let method = req.method().clone();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "(unmatched)".into());
-    let started = Instant::now();
-    let response = next.run(req).await;
-    let status = response.status().as_u16();
-    let ms = started.elapsed().as_secs_f64() * 1000.0;
-    if status >= 500 {
-        tracing::warn!(%method, %route, status, ms, "request");
-    } else {
-        tracing::info!(%method, %route, status, ms, "request");
-    }
-    response
 }
 
 pub(crate) const JSON_CONTENT_TYPE: &str = "application/json; charset=utf-8";

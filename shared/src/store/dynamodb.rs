@@ -455,6 +455,28 @@ enum StateChange {
 }
 
 impl DynamoStore {
+    /// The address's last sequence from its META item; `consistent: false` is half the read
+    /// units and may lag a write by a moment.
+    async fn feed_head(&self, id: &str, now: Millis, consistent: bool) -> StoreResult<u64> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(id), "META".into())))
+            .projection_expression("id, seq, deleted_at, expires_at")
+            .consistent_read(consistent)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("GetItem seq", e))?;
+        let item = out.item.ok_or(StoreError::AddressNotFound)?;
+        if item.contains_key("deleted_at") || get_i(&item, "expires_at").is_some_and(|e| e <= now) {
+            return Err(StoreError::AddressGone);
+        }
+        Ok(get_u(&item, "seq"))
+    }
+
     /// A store over `table`. Tombstones of deleted or expired addresses are forgotten
     /// `tombstone_seconds` after deletion or expiry.
     pub fn new(client: Client, table: impl Into<String>, tombstone_seconds: u64) -> Self {
@@ -1366,23 +1388,11 @@ impl Store for DynamoStore {
     }
 
     async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(id), "META".into())))
-            .projection_expression("id, seq, deleted_at, expires_at")
-            .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics)
-            .map_err(|e| sdk_err("GetItem seq", e))?;
-        let item = out.item.ok_or(StoreError::AddressNotFound)?;
-        if item.contains_key("deleted_at") || get_i(&item, "expires_at").is_some_and(|e| e <= now) {
-            return Err(StoreError::AddressGone);
-        }
-        Ok(get_u(&item, "seq"))
+        self.feed_head(id, now, true).await
+    }
+
+    async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.feed_head(id, now, false).await
     }
 
     async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing> {

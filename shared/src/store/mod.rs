@@ -275,6 +275,13 @@ pub trait Store: Send + Sync + 'static {
     /// The sequence of the last event appended (0 if none): a cheap check for long polls.
     async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64>;
 
+    /// [`Store::last_sequence`] as a hint that may lag behind a write by a moment (an
+    /// eventually consistent read on DynamoDB: half the read units). Long polls use it only to
+    /// decide when to read the feed again, with a consistent read.
+    async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.last_sequence(id, now).await
+    }
+
     /// Every state key's metadata, sorted by key, with the totals.
     async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing>;
 

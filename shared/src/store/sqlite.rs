@@ -22,8 +22,34 @@ use super::{
 };
 use crate::domain::{ids, state::entry_size, Ingress, Limits, Millis};
 
-/// Most requests committed in one transaction.
-const MAX_GROUP: usize = 256;
+/// Most reads running at once, each on its own connection and blocking thread. A long-poll
+/// burst (10,000 polls arriving together) queues here instead of opening a connection and a
+/// thread per request: memory stays flat, and two cores gain nothing from more.
+const MAX_READERS: usize = 4;
+
+/// Most requests committed in one transaction (group commit).
+pub const MAX_GROUP: usize = 256;
+
+/// Tuning of the embedded store. The defaults are what `agentaddress serve` ships; the other
+/// settings exist so `scripts/bench` can measure what each optimisation buys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqliteOptions {
+    pub synchronous: Synchronous,
+    /// Most write requests committed in one transaction; 1 turns group commit off.
+    pub max_group: usize,
+    /// Whether a commit wakes waiting long polls directly (else they re-read with backoff).
+    pub wakeups: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous: Synchronous::Full,
+            max_group: MAX_GROUP,
+            wakeups: true,
+        }
+    }
+}
 
 /// How hard SQLite syncs. `Full` (the default) makes every acknowledged write survive power
 /// loss; `Normal` survives process crashes only.
@@ -41,7 +67,9 @@ struct Inner {
     writer: Mutex<mpsc::Sender<Job>>,
     path: Option<PathBuf>,
     readers: Mutex<Vec<Connection>>,
+    reader_slots: Arc<tokio::sync::Semaphore>,
     signal: FeedSignal,
+    wakeups: bool,
     rate: Mutex<HashMap<String, (i64, u64)>>,
 }
 
@@ -152,6 +180,17 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
 impl SqliteStore {
     /// Opens (creating and migrating as needed) the database file at `path`.
     pub fn open(path: &Path, synchronous: Synchronous) -> StoreResult<Self> {
+        Self::open_with(
+            path,
+            SqliteOptions {
+                synchronous,
+                ..SqliteOptions::default()
+            },
+        )
+    }
+
+    /// [`SqliteStore::open`] with every tuning option.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> StoreResult<Self> {
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Internal(format!("cannot open {}: {e}", path.display())))?;
         let mode: String = conn
@@ -163,21 +202,21 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        Self::start(conn, Some(path.to_path_buf()), synchronous)
+        Self::start(conn, Some(path.to_path_buf()), options)
     }
 
     /// A private in-memory database: the test double, running the same SQL.
     pub fn open_in_memory() -> StoreResult<Self> {
         let conn = Connection::open_in_memory().map_err(sql_err)?;
-        Self::start(conn, None, Synchronous::Full)
+        Self::start(conn, None, SqliteOptions::default())
     }
 
     fn start(
         mut conn: Connection,
         path: Option<PathBuf>,
-        synchronous: Synchronous,
+        options: SqliteOptions,
     ) -> StoreResult<Self> {
-        let sync = match synchronous {
+        let sync = match options.synchronous {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
         };
@@ -189,14 +228,16 @@ impl SqliteStore {
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || writer_loop(conn, rx))
+            .spawn(move || writer_loop(conn, rx, options.max_group.max(1)))
             .map_err(|e| StoreError::Internal(format!("cannot start the writer thread: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 writer: Mutex::new(tx),
                 path,
                 readers: Mutex::new(Vec::new()),
+                reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 signal: FeedSignal::default(),
+                wakeups: options.wakeups,
                 rate: Mutex::new(HashMap::new()),
             }),
         })
@@ -257,8 +298,14 @@ impl SqliteStore {
         let Some(path) = self.inner.path.clone() else {
             return self.write(f).await;
         };
+        // Held by the blocking task itself, so a cancelled request frees it only when done.
+        let slot = Arc::clone(&self.inner.reader_slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Unavailable("the database readers have stopped".into()))?;
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = inner
                 .readers
                 .lock()
@@ -304,10 +351,10 @@ fn open_reader(path: &Path) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>) {
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
-        while jobs.len() < MAX_GROUP {
+        while jobs.len() < max_group {
             match rx.try_recv() {
                 Ok(job) => jobs.push(job),
                 Err(_) => break,
@@ -487,7 +534,7 @@ impl Store for SqliteStore {
     }
 
     fn feed_signal(&self) -> Option<&FeedSignal> {
-        Some(&self.inner.signal)
+        self.inner.wakeups.then_some(&self.inner.signal)
     }
 
     async fn create_address(&self, a: NewAddress) -> StoreResult<()> {

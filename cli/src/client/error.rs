@@ -1,0 +1,93 @@
+//! Errors of the command-line client: the SPEC's error codes (passed through from the server)
+//! and the client's own, each with an exit code; printed as JSON on stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use serde_json::{json, Map, Value};
+
+/// Exit codes of the client commands (docs/CLI.md lists them).
+pub mod exit {
+    /// Any other error: a server bug (`internal`), an answer the client cannot use
+    /// (`bad_response`), a credentials file that cannot be read or written, …
+    pub const OTHER: u8 = 1;
+    /// The request is wrong: command line, task name, JSON input, `invalid_request` (400).
+    pub const USAGE: u8 = 2;
+    /// The server could not be reached or did not answer in time (`unreachable`).
+    pub const UNREACHABLE: u8 = 3;
+    /// `not_found` (404: event, state key) or `unknown_task` (no saved credentials).
+    pub const NOT_FOUND: u8 = 4;
+    /// The saved credentials no longer work: `unauthorized` (401), `address_gone` (410).
+    pub const AUTH: u8 = 5;
+    /// A conflict: `revision_conflict`, `state_limit_exceeded`, `quota_exceeded` (409),
+    /// `task_exists`.
+    pub const CONFLICT: u8 = 6;
+    /// Retry later: `rate_limited` (429), `unavailable` (503).
+    pub const RETRY: u8 = 7;
+}
+
+/// One failed command: the `error` object printed on stderr, and the exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// `{"code", "message", …extra fields of the server's error}`.
+    body: Map<String, Value>,
+    exit: u8,
+}
+
+impl CliError {
+    /// An error of the client itself; the exit code follows from the code.
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        let mut body = Map::new();
+        body.insert("code".into(), Value::String(code.to_owned()));
+        body.insert("message".into(), Value::String(message.into()));
+        Self {
+            exit: exit_code_for(code),
+            body,
+        }
+    }
+
+    /// The server's `{"error": {...}}` object, kept as it is (extra fields such as
+    /// `current_revision` and `retry_after_seconds` included).
+    pub fn from_server(error: Map<String, Value>) -> Self {
+        let code = error
+            .get("code")
+            .and_then(Value::as_str)
+            .unwrap_or("bad_response")
+            .to_owned();
+        Self {
+            exit: exit_code_for(&code),
+            body: error,
+        }
+    }
+
+    /// Adds a field to the error object (e.g. `http_status`).
+    pub fn with(mut self, field: &str, value: Value) -> Self {
+        self.body.insert(field.to_owned(), value);
+        self
+    }
+
+    /// Prints `{"error": {...}}` on stderr (with `secret` redacted) and returns the exit code.
+    pub fn report(self, secret: Option<&str>) -> ExitCode {
+        let line = json!({ "error": Value::Object(self.body) }).to_string();
+        // Nothing more can be said if stderr is closed: no panic for it.
+        let _ = writeln!(std::io::stderr(), "{}", super::redact(&line, secret));
+        ExitCode::from(self.exit)
+    }
+}
+
+/// The exit code of an error code (unknown codes: 1).
+pub fn exit_code_for(code: &str) -> u8 {
+    match code {
+        "usage" | "invalid_task" | "invalid_json" | "invalid_request" => exit::USAGE,
+        "unreachable" => exit::UNREACHABLE,
+        "not_found" | "unknown_task" => exit::NOT_FOUND,
+        "unauthorized" | "address_gone" => exit::AUTH,
+        "revision_conflict" | "state_limit_exceeded" | "quota_exceeded" | "task_exists" => {
+            exit::CONFLICT
+        }
+        "rate_limited" | "unavailable" => exit::RETRY,
+        _ => exit::OTHER,
+    }
+}
+
+pub type Result<T> = std::result::Result<T, CliError>;

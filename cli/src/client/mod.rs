@@ -1,0 +1,507 @@
+//! The command-line client, for agents that run shell commands: `create`, `handoff`, `poll`,
+//! `ack` and `state …`. Credentials are saved per task in the credentials directory
+//! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
+//! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
+//!
+//! The read token is never printed: it is only ever written to the task's file (0600), and
+//! everything printed on stdout or stderr passes through `redact` as a last guard.
+
+mod api;
+mod creds;
+mod error;
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentaddress_shared::domain::ids::is_valid_id;
+use agentaddress_shared::domain::state::validate_key;
+use reqwest::Method;
+use serde_json::{json, Map, Value};
+
+use api::Api;
+use creds::{Credentials, Mode};
+use error::{CliError, Result};
+
+/// The server URL when neither `--url` nor `AGENTADDRESS_URL` is given (for `create`; the
+/// later commands use the URL saved by `create`).
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
+/// Where the client talks to.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerArg {
+    /// Server URL. Default for `create`: http://127.0.0.1:8080; the other commands use the URL
+    /// the task's address was created on (saved by `create`) unless this is given.
+    #[arg(long, env = "AGENTADDRESS_URL", global = true, value_name = "URL")]
+    url: Option<String>,
+}
+
+impl ServerArg {
+    fn get(&self) -> Option<&str> {
+        self.url.as_deref().map(str::trim).filter(|u| !u.is_empty())
+    }
+}
+
+/// The client's subcommands (flattened into the binary's own).
+#[derive(Debug, clap::Subcommand)]
+pub enum ClientCommand {
+    /// Client: create an address for TASK and save its credentials (prints the inbox URL and
+    /// email to hand off, never the read token).
+    Create(CreateArgs),
+    /// Client: print the inbox URL and email of TASK's address again.
+    Handoff(HandoffArgs),
+    /// Client: read TASK's events after the saved cursor (long poll with --wait).
+    Poll(PollArgs),
+    /// Client: acknowledge an event of TASK and advance the saved cursor to it.
+    Ack(AckArgs),
+    /// Client: the durable JSON state of TASK's address.
+    State(StateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Task name: names the credentials file and is sent as `task_id`
+    /// (1..128 of A-Z a-z 0-9 . _ -, not starting with '.').
+    task: String,
+    /// Seconds until the address expires (60..31536000); default: never.
+    #[arg(long, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(60..=31_536_000))]
+    expires_in: Option<u64>,
+    /// A name for the address (1..200 characters).
+    #[arg(long)]
+    name: Option<String>,
+    /// Replace the saved credentials of TASK if it has some (its old address is not deleted).
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HandoffArgs {
+    /// Task name (as given to `create`).
+    task: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PollArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    /// Wait up to this many seconds (0..25) for an event when none is there yet.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=25))]
+    wait: Option<u64>,
+    /// At most this many events (1..100; the server's default is 100).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100))]
+    limit: Option<u64>,
+    /// Read after this sequence instead of the saved cursor (the saved cursor is unchanged).
+    #[arg(long, value_name = "SEQUENCE")]
+    after: Option<u64>,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AckArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    /// The event's id (`evt_…`).
+    event_id: String,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StateArgs {
+    #[command(subcommand)]
+    command: StateCommand,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum StateCommand {
+    /// List the keys (with revision, size, updated_at) and the usage.
+    Keys {
+        /// Task name (as given to `create`).
+        task: String,
+    },
+    /// Print a key's value and revision.
+    Get {
+        /// Task name (as given to `create`).
+        task: String,
+        /// State key: 1..128 of A-Z a-z 0-9 . _ : -
+        key: String,
+    },
+    /// Write a key: the value is the JSON in FILE, or on stdin when FILE is `-` or absent.
+    Set {
+        /// Task name (as given to `create`).
+        task: String,
+        /// State key: 1..128 of A-Z a-z 0-9 . _ : -
+        key: String,
+        /// A file holding the JSON value; `-` or absent: stdin.
+        file: Option<PathBuf>,
+        /// Write only if the key's revision is N (0: only if the key does not exist).
+        #[arg(long, value_name = "N")]
+        if_revision: Option<u64>,
+    },
+    /// Delete a key.
+    Delete {
+        /// Task name (as given to `create`).
+        task: String,
+        /// State key: 1..128 of A-Z a-z 0-9 . _ : -
+        key: String,
+        /// Delete only if the key's revision is N.
+        #[arg(long, value_name = "N")]
+        if_revision: Option<u64>,
+    },
+}
+
+/// Runs one client command: its JSON on stdout and exit 0, or its error on stderr.
+pub fn run(command: ClientCommand) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return CliError::new("internal", format!("cannot start the async runtime: {e}"))
+                .report(None)
+        }
+    };
+    let mut secret = None;
+    let outcome = runtime.block_on(execute(command, &mut secret));
+    match outcome {
+        Ok(value) => {
+            let text = serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string());
+            let mut stdout = std::io::stdout().lock();
+            // A closed stdout (`| head`) is an error of its own, not a panic.
+            match writeln!(stdout, "{}", redact(&text, secret.as_deref()))
+                .and_then(|()| stdout.flush())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => CliError::new("output_error", format!("cannot write stdout: {e}"))
+                    .report(secret.as_deref()),
+            }
+        }
+        Err(e) => e.report(secret.as_deref()),
+    }
+}
+
+/// `text` with every occurrence of `secret` replaced.
+fn redact(text: &str, secret: Option<&str>) -> String {
+    match secret {
+        Some(s) if !s.is_empty() && text.contains(s) => text.replace(s, "[redacted]"),
+        _ => text.to_owned(),
+    }
+}
+
+async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<Value> {
+    match command {
+        ClientCommand::Create(args) => create(args, secret).await,
+        ClientCommand::Handoff(args) => {
+            let dir = creds::directory()?;
+            let saved = load(&dir, &args.task, secret)?;
+            Ok(handoff_json(&saved, &creds::path_of(&dir, &saved.task)))
+        }
+        ClientCommand::Poll(args) => poll(args, secret).await,
+        ClientCommand::Ack(args) => ack(args, secret).await,
+        ClientCommand::State(args) => state(args, secret).await,
+    }
+}
+
+/// The task's saved credentials (the read token is remembered for redaction at once).
+fn load(dir: &Path, task: &str, secret: &mut Option<String>) -> Result<Credentials> {
+    creds::validate_task(task)?;
+    let saved = creds::load(dir, task)?;
+    *secret = Some(saved.read_token.clone());
+    if !is_valid_id(&saved.address_id) {
+        return Err(CliError::new(
+            "credentials_error",
+            format!(
+                "the credentials file of task '{task}' holds an invalid address id: recreate it with `agentaddress create {task} --force`"
+            ),
+        ));
+    }
+    Ok(saved)
+}
+
+/// The saved credentials and a client for the server (`--url` / `AGENTADDRESS_URL`, else the
+/// URL saved by `create`).
+fn connect(
+    task: &str,
+    server: &ServerArg,
+    secret: &mut Option<String>,
+) -> Result<(PathBuf, Credentials, Api)> {
+    let dir = creds::directory()?;
+    let saved = load(&dir, task, secret)?;
+    let api = Api::new(server.get().unwrap_or(&saved.base_url))?;
+    Ok((dir, saved, api))
+}
+
+/// What is handed to a webhook sender or a person: never the read token.
+fn handoff_json(c: &Credentials, file: &Path) -> Value {
+    json!({
+        "task": c.task,
+        "address_id": c.address_id,
+        "name": c.name,
+        "inbox_url": c.inbox_url,
+        "email": c.email,
+        "created_at": c.created_at,
+        "expires_at": c.expires_at,
+        "url": c.base_url,
+        "credentials_file": file.display().to_string(),
+    })
+}
+
+async fn create(args: CreateArgs, secret: &mut Option<String>) -> Result<Value> {
+    creds::validate_task(&args.task)?;
+    let dir = creds::directory()?;
+    let api = Api::new(args.server.get().unwrap_or(DEFAULT_URL))?;
+    if !args.force && creds::exists(&dir, &args.task) {
+        return Err(creds::task_exists(&args.task, &dir));
+    }
+    let mut body = Map::new();
+    body.insert("task_id".into(), Value::String(args.task.clone()));
+    if let Some(name) = &args.name {
+        body.insert("name".into(), Value::String(name.clone()));
+    }
+    if let Some(s) = args.expires_in {
+        body.insert("expires_in_seconds".into(), s.into());
+    }
+    let answer = api
+        .call(
+            Method::POST,
+            "addresses",
+            &[],
+            None,
+            Some(&Value::Object(body)),
+            Duration::ZERO,
+        )
+        .await?;
+    let token = api::string_field(&answer, &["credentials", "read_token"])?;
+    *secret = Some(token.clone());
+    let mut saved = Credentials::new(
+        &args.task,
+        api.base(),
+        api::string_field(&answer, &["address", "id"])?,
+        token,
+        api::string_field(&answer, &["endpoints", "inbox_url"])?,
+        api::string_field(&answer, &["address", "email"])?,
+    );
+    saved.name = api::optional_string(&answer, &["address", "name"]);
+    saved.created_at = api::optional_string(&answer, &["address", "created_at"]);
+    saved.expires_at = api::optional_string(&answer, &["address", "expires_at"]);
+    let mode = if args.force {
+        Mode::Replace
+    } else {
+        Mode::CreateNew
+    };
+    let path = creds::save(&dir, &saved, mode)
+        .map_err(|e| e.with("address_id", Value::String(saved.address_id.clone())))?;
+    Ok(handoff_json(&saved, &path))
+}
+
+async fn poll(args: PollArgs, secret: &mut Option<String>) -> Result<Value> {
+    let (_, saved, api) = connect(&args.task, &args.server, secret)?;
+    let after = args.after.unwrap_or(saved.cursor);
+    let mut query = vec![("after", after.to_string())];
+    if let Some(wait) = args.wait {
+        query.push(("wait", wait.to_string()));
+    }
+    if let Some(limit) = args.limit {
+        query.push(("limit", limit.to_string()));
+    }
+    let wait = Duration::from_secs(args.wait.unwrap_or(0));
+    api.call(
+        Method::GET,
+        &format!("addresses/{}/events", saved.address_id),
+        &query,
+        Some(&saved.read_token),
+        None,
+        wait,
+    )
+    .await
+}
+
+async fn ack(args: AckArgs, secret: &mut Option<String>) -> Result<Value> {
+    let (dir, saved, api) = connect(&args.task, &args.server, secret)?;
+    if !is_valid_id(&args.event_id) {
+        return Err(CliError::new(
+            "invalid_request",
+            "an event id is 1 to 64 of the characters A-Z a-z 0-9 _ -",
+        ));
+    }
+    let answer = api
+        .call(
+            Method::POST,
+            &format!(
+                "addresses/{}/events/{}/ack",
+                saved.address_id, args.event_id
+            ),
+            &[],
+            Some(&saved.read_token),
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+    let sequence = api::field(&answer, &["event", "sequence"])?
+        .as_u64()
+        .ok_or_else(|| {
+            CliError::new(
+                "bad_response",
+                "'event.sequence' in the server's answer is not a sequence number",
+            )
+        })?;
+    // Re-read the file just before writing it: the smallest window for another process's
+    // update to be overwritten (which can only lower the cursor, never skip an event).
+    let mut current = creds::load(&dir, &saved.task)?;
+    if sequence > current.cursor && current.address_id == saved.address_id {
+        current.cursor = sequence;
+        creds::save(&dir, &current, Mode::Replace)?;
+    }
+    let mut out = api::object(answer);
+    out.insert("cursor".into(), current.cursor.into());
+    Ok(Value::Object(out))
+}
+
+/// A state key as the contract defines it, and addressable in a URL path (not `.` or `..`).
+fn check_key(key: &str) -> Result<()> {
+    validate_key(key).map_err(|e| CliError::new("invalid_request", e.0))?;
+    if key == "." || key == ".." {
+        return Err(CliError::new(
+            "invalid_request",
+            "the state keys '.' and '..' cannot be addressed in a URL path",
+        ));
+    }
+    Ok(())
+}
+
+/// The JSON value of `state set`: FILE, or stdin for `-` / no FILE.
+fn read_value(file: Option<&Path>) -> Result<Value> {
+    let (bytes, source) = match file.filter(|f| f.as_os_str() != "-") {
+        Some(path) => (
+            std::fs::read(path).map_err(|e| {
+                CliError::new("usage", format!("cannot read {}: {e}", path.display()))
+            })?,
+            path.display().to_string(),
+        ),
+        None => {
+            let mut stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                return Err(CliError::new(
+                    "usage",
+                    "give the value as a FILE of JSON, or pipe it on stdin",
+                ));
+            }
+            let mut buf = Vec::new();
+            stdin
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::new("usage", format!("cannot read stdin: {e}")))?;
+            (buf, "stdin".to_owned())
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| {
+        CliError::new(
+            "invalid_json",
+            format!(
+                "the value in {source} is not JSON: {}",
+                creds::describe_json_error(&e)
+            ),
+        )
+    })
+}
+
+async fn state(args: StateArgs, secret: &mut Option<String>) -> Result<Value> {
+    let task = match &args.command {
+        StateCommand::Keys { task }
+        | StateCommand::Get { task, .. }
+        | StateCommand::Set { task, .. }
+        | StateCommand::Delete { task, .. } => task.clone(),
+    };
+    // Local input is checked before any request.
+    let (key, value) = match &args.command {
+        StateCommand::Keys { .. } => (None, None),
+        StateCommand::Get { key, .. } | StateCommand::Delete { key, .. } => {
+            creds::validate_task(&task)?;
+            check_key(key)?;
+            (Some(key.clone()), None)
+        }
+        StateCommand::Set { key, file, .. } => {
+            creds::validate_task(&task)?;
+            check_key(key)?;
+            (Some(key.clone()), Some(read_value(file.as_deref())?))
+        }
+    };
+    let (_, saved, api) = connect(&task, &args.server, secret)?;
+    let root = format!("addresses/{}/state", saved.address_id);
+    let key_path = key.map(|k| format!("{root}/{k}"));
+    let token = Some(saved.read_token.as_str());
+    let (method, path, query, body) = match args.command {
+        StateCommand::Keys { .. } => (Method::GET, root, vec![], None),
+        StateCommand::Get { .. } => (Method::GET, key_path.unwrap_or_default(), vec![], None),
+        StateCommand::Set { if_revision, .. } => {
+            let mut body = Map::new();
+            body.insert("value".into(), value.unwrap_or(Value::Null));
+            if let Some(n) = if_revision {
+                body.insert("if_revision".into(), n.into());
+            }
+            (
+                Method::PUT,
+                key_path.unwrap_or_default(),
+                vec![],
+                Some(Value::Object(body)),
+            )
+        }
+        StateCommand::Delete { if_revision, .. } => (
+            Method::DELETE,
+            key_path.unwrap_or_default(),
+            if_revision
+                .map(|n| vec![("if_revision", n.to_string())])
+                .unwrap_or_default(),
+            None,
+        ),
+    };
+    api.call(method, &path, &query, token, body.as_ref(), Duration::ZERO)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction() {
+        assert_eq!(
+            redact("a aat_x b aat_x", Some("aat_x")),
+            "a [redacted] b [redacted]"
+        );
+        assert_eq!(redact("nothing", Some("aat_x")), "nothing");
+        assert_eq!(redact("x", Some("")), "x");
+        assert_eq!(redact("x", None), "x");
+    }
+
+    #[test]
+    fn keys() {
+        assert!(check_key("progress").is_ok());
+        assert!(check_key("a.b:c-d_e").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", "é", &"k".repeat(129)] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_are_distinct_per_kind() {
+        use error::exit_code_for as x;
+        assert_eq!(x("invalid_request"), 2);
+        assert_eq!(x("unreachable"), 3);
+        assert_eq!(x("not_found"), 4);
+        assert_eq!(x("unknown_task"), 4);
+        assert_eq!(x("unauthorized"), 5);
+        assert_eq!(x("address_gone"), 5);
+        assert_eq!(x("revision_conflict"), 6);
+        assert_eq!(x("task_exists"), 6);
+        assert_eq!(x("rate_limited"), 7);
+        assert_eq!(x("internal"), 1);
+    }
+}

@@ -1,0 +1,290 @@
+//! The command-line client (`agentaddress create|handoff|poll|ack|state`), run as a subprocess
+//! against a real `agentaddress serve` on a free port, with a fresh credentials directory
+//! (`AGENTADDRESS_HOME`) per test.
+
+mod client_harness;
+mod common;
+
+use client_harness::{check_failure, deliver, mode, workflow, Cli};
+use serde_json::json;
+use tokio::process::Child;
+
+struct Server {
+    _child: Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (child, base) = common::spawn_serve(&dir.path().join("a.db"), "127.0.0.1:0", &[]).await;
+    Server {
+        _child: child,
+        base,
+        _dir: dir,
+    }
+}
+
+/// A port nothing listens on (bound, then released).
+fn dead_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_workflow() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    workflow(&mut cli, "task-42").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_refuses_an_existing_task_unless_forced() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let first = cli.ok(&["create", "t1"]).await;
+    assert_eq!(first["expires_at"], serde_json::Value::Null);
+    let old_token = cli.token("t1");
+    let before = std::fs::read(cli.file("t1")).unwrap_or_else(|e| panic!("{e}"));
+
+    let error = cli.fails(&["create", "t1"], 6, "task_exists").await;
+    assert!(error["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("--force"));
+    assert_eq!(
+        std::fs::read(cli.file("t1")).unwrap_or_else(|e| panic!("{e}")),
+        before,
+        "the file must not change"
+    );
+
+    let second = cli.ok(&["create", "t1", "--force"]).await;
+    assert_ne!(second["address_id"], first["address_id"]);
+    assert_ne!(second["inbox_url"], first["inbox_url"]);
+    assert_eq!(mode(&cli.file("t1")), 0o600);
+    let new_token = cli.token("t1");
+    assert_ne!(new_token, old_token);
+    assert_eq!(cli.ok(&["handoff", "t1"]).await, second);
+
+    // The old address still works with its token; the task now reads the new one.
+    let page = cli.ok(&["poll", "t1"]).await;
+    assert_eq!(page["next_cursor"], 0);
+    cli.assert_never_printed(&old_token);
+    cli.assert_never_printed(&new_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permissions_of_the_credentials() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    // An existing directory open to others is tightened; the file is 0600 whatever the umask.
+    std::fs::create_dir(&cli.home).unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&cli.home, std::fs::Permissions::from_mode(0o755))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    cli.ok(&["create", "perm"]).await;
+    assert_eq!(mode(&cli.home), 0o700);
+    assert_eq!(mode(&cli.file("perm")), 0o600);
+    // A nested directory that does not exist yet is created 0700.
+    let nested = cli.scratch("a/b/creds");
+    let mut c2 = Cli::new(&s.base);
+    c2.home = nested.clone();
+    c2.ok(&["create", "nested"]).await;
+    assert_eq!(mode(&nested), 0o700);
+    assert_eq!(mode(&nested.join("nested.json")), 0o600);
+    cli.assert_never_printed(&cli.token("perm"));
+    c2.assert_never_printed(&c2.token("nested"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let created = cli.ok(&["create", "t"]).await;
+    let token = cli.token("t");
+
+    // Unknown task: no saved credentials.
+    for args in [
+        &["poll", "nope"][..],
+        &["handoff", "nope"],
+        &["ack", "nope", "evt_x"],
+        &["state", "keys", "nope"],
+        &["state", "get", "nope", "k"],
+    ] {
+        let e = cli.fails(args, 4, "unknown_task").await;
+        assert!(e["message"].as_str().unwrap_or_default().contains("create"));
+    }
+
+    // Task names that are not safe file names.
+    for bad in [
+        "../x",
+        "..",
+        ".",
+        "a/b",
+        ".hidden",
+        "a b",
+        "",
+        "/etc/passwd",
+    ] {
+        cli.fails(&["create", bad], 2, "invalid_task").await;
+        cli.fails(&["poll", bad], 2, "invalid_task").await;
+        cli.fails(&["state", "set", bad, "k", "-"], 2, "invalid_task")
+            .await;
+    }
+    assert!(!cli.scratch("x.json").exists());
+
+    // Bad JSON input, a missing file, bad keys: refused before any request.
+    let bad = cli.scratch("bad.json");
+    std::fs::write(&bad, b"{\"step\": 1,").unwrap_or_else(|e| panic!("{e}"));
+    let bad = bad.display().to_string();
+    let e = cli
+        .fails(&["state", "set", "t", "k", &bad], 2, "invalid_json")
+        .await;
+    assert!(e["message"].as_str().unwrap_or_default().contains("line 1"));
+    let out = cli
+        .run_with(
+            &["state", "set", "t", "k", "-"],
+            Some(&s.base),
+            Some(b"not json"),
+        )
+        .await;
+    check_failure(&out, 2, "invalid_json");
+    let out = cli
+        .run_with(&["state", "set", "t", "k"], Some(&s.base), Some(b""))
+        .await;
+    check_failure(&out, 2, "invalid_json");
+    let missing = cli.scratch("missing.json").display().to_string();
+    cli.fails(&["state", "set", "t", "k", &missing], 2, "usage")
+        .await;
+    for key in ["bad key", "a/b", "..", ".", "é", &"k".repeat(129)] {
+        cli.fails(&["state", "get", "t", key], 2, "invalid_request")
+            .await;
+        cli.fails(&["state", "delete", "t", key], 2, "invalid_request")
+            .await;
+        let out = cli
+            .run_with(&["state", "set", "t", key, "-"], Some(&s.base), Some(b"1"))
+            .await;
+        check_failure(&out, 2, "invalid_request");
+    }
+    cli.fails(&["ack", "t", "not an id"], 2, "invalid_request")
+        .await;
+    assert_eq!(cli.ok(&["state", "keys", "t"]).await["state_keys"], 0);
+
+    // Errors of the server come with its code and exit code.
+    cli.fails(
+        &["ack", "t", "evt_AAAAAAAAAAAAAAAAAAAAAAAA1"],
+        4,
+        "not_found",
+    )
+    .await;
+    cli.fails(&["state", "get", "t", "absent"], 4, "not_found")
+        .await;
+    // A value too large for the state limits.
+    let big = cli.scratch("big.json");
+    std::fs::write(&big, json!("x".repeat(70_000)).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let out = cli
+        .run(&["state", "set", "t", "big", &big.display().to_string()])
+        .await;
+    check_failure(&out, 1, "payload_too_large");
+
+    // Argument errors (the parser's own, text): exit 2.
+    for args in [
+        &["poll", "t", "--wait", "99"][..],
+        &["poll", "t", "--limit", "0"],
+        &["create", "t2", "--expires-in", "5"],
+        &["state", "set", "t", "k", "-", "--if-revision", "x"],
+        &["ack", "t"],
+    ] {
+        let out = cli.run(args).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stdout.is_empty());
+    }
+
+    // Server down: `unreachable`, exit 3, and create saves nothing.
+    let dead = dead_url();
+    let e = cli
+        .fails(&["poll", "t", "--url", &dead], 3, "unreachable")
+        .await;
+    assert!(
+        e["message"].as_str().unwrap_or_default().contains(&dead),
+        "{e}"
+    );
+    let out = cli
+        .run_with(&["state", "keys", "t"], Some(&dead), None)
+        .await;
+    check_failure(&out, 3, "unreachable");
+    let out = cli.run_with(&["create", "t3"], Some(&dead), None).await;
+    check_failure(&out, 3, "unreachable");
+    assert!(!cli.file("t3").exists());
+    cli.fails(&["create", "t4", "--url", "ftp://x"], 2, "usage")
+        .await;
+
+    // A deleted address: `address_gone`, exit 5.
+    let id = created["address_id"].as_str().unwrap_or_default();
+    let status = reqwest::Client::new()
+        .delete(format!("{}/api/v1/addresses/{id}", s.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .status();
+    assert_eq!(status, 204);
+    cli.fails(&["poll", "t"], 5, "address_gone").await;
+    cli.fails(&["state", "keys", "t"], 5, "address_gone").await;
+
+    // A wrong token: `unauthorized`, exit 5, and the wrong token is not printed either.
+    let path = cli.file("t");
+    let mut saved = cli.saved("t");
+    let wrong = "aat_wrongwrongwrongwrongwrongwrongwrongwrong";
+    saved["read_token"] = json!(wrong);
+    std::fs::write(&path, saved.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    cli.fails(&["poll", "t"], 5, "unauthorized").await;
+    cli.assert_never_printed(wrong);
+
+    // A corrupt credentials file.
+    std::fs::write(&path, b"{\"read_token\": \"aat_secretsecretsecret\",")
+        .unwrap_or_else(|e| panic!("{e}"));
+    cli.fails(&["poll", "t"], 1, "credentials_error").await;
+    cli.assert_never_printed("aat_secretsecretsecret");
+
+    cli.assert_never_printed(&token);
+}
+
+/// The server URL saved by `create` is used by the later commands; `--url` and
+/// `AGENTADDRESS_URL` override it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_url_resolution() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let created = cli.ok(&["create", "u", "--url", &s.base]).await;
+    assert_eq!(created["url"], s.base.as_str());
+    let seq = deliver(
+        created["inbox_url"].as_str().unwrap_or_default(),
+        &json!({"n": 1}),
+    )
+    .await;
+    // No URL in the environment: the saved one.
+    let out = cli.run_with(&["poll", "u"], None, None).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["next_cursor"], seq);
+    // The environment's (dead) URL wins over the saved one; --url over the environment.
+    let dead = dead_url();
+    let out = cli.run_with(&["poll", "u"], Some(&dead), None).await;
+    check_failure(&out, 3, "unreachable");
+    let out = cli
+        .run_with(&["poll", "u", "--url", &s.base], Some(&dead), None)
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = cli
+        .run_with(&["state", "--url", &s.base, "keys", "u"], Some(&dead), None)
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    cli.assert_never_printed(&cli.token("u"));
+}
