@@ -173,6 +173,62 @@ fn throughput(t: &Tally, wall: Duration, cpu: &CpuMeter) -> Throughput {
     }
 }
 
+/// One throughput phase: `agents` tasks, each made by `agent(i, deadline)`, run until the
+/// phase's deadline. Returns the phase's throughput, with the server's CPU over the phase, and
+/// its CAS conflicts per second; the agents' first errors go to `errors`.
+async fn phase<F, Fut>(
+    cfg: &Config,
+    pid: u32,
+    agents: usize,
+    errors: &mut Vec<String>,
+    agent: F,
+) -> (Throughput, f64)
+where
+    F: Fn(usize, Instant) -> Fut,
+    Fut: std::future::Future<Output = Tally> + Send + 'static,
+{
+    let deadline = Instant::now() + cfg.phase;
+    let cpu = CpuMeter::start(pid);
+    let started = Instant::now();
+    let handles = (0..agents)
+        .map(|i| tokio::spawn(agent(i, deadline)))
+        .collect();
+    let t = gather(handles).await;
+    let wall = started.elapsed();
+    errors.extend(t.errors.iter().cloned());
+    (
+        throughput(&t, wall, &cpu),
+        t.conflicts as f64 / wall.as_secs_f64(),
+    )
+}
+
+/// What the delay phase's consumers saw: event (or key) → the moment it reached them.
+type Seen = HashMap<String, Instant>;
+
+/// Waits for the delay phase's consumers (`who`: each stops at the stop event) and measures
+/// the delay of every event in `sent` from what they saw; problems go to `errors`.
+async fn delay_result(
+    consumers: Vec<tokio::task::JoinHandle<Result<Seen, String>>>,
+    sent: &Seen,
+    who: &str,
+    errors: &mut Vec<String>,
+) -> Delay {
+    let mut seen = HashMap::new();
+    for c in consumers {
+        match tokio::time::timeout(Duration::from_secs(60), c).await {
+            Ok(Ok(Ok(s))) => seen.extend(s),
+            Ok(Ok(Err(e))) => errors.push(e),
+            Ok(Err(e)) => errors.push(format!("delay {who}: {e}")),
+            Err(_) => errors.push(format!("delay {who}: no stop event within 60 s")),
+        }
+    }
+    let (d, missing) = delay_figures(sent, &seen);
+    if missing > 0 {
+        errors.push(format!("delay: {missing} events never reached a {who}"));
+    }
+    d
+}
+
 fn delay_figures(sent: &HashMap<String, Instant>, seen: &HashMap<String, Instant>) -> (Delay, u64) {
     let mut h = histogram();
     let mut missing = 0;
@@ -499,98 +555,82 @@ pub async fn run_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Fi
     // cas: agents in fours share an address; each writes its own cold key three times for
     // every write to the address's shared hot key.
     let cas_addrs = create_addresses(&http, &server.url, c.div_ceil(4)).await?;
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles = (0..c)
-        .map(|i| {
-            let a = cas_addrs[(i / 4) % cas_addrs.len()].clone();
-            let http = http.clone();
-            tokio::spawn(async move {
-                let value = kilobyte();
-                let urls = [
-                    format!("{}/state/cold-{i}", a.root),
-                    format!("{}/state/hot", a.root),
-                ];
-                let mut revs = [0u64; 2];
-                let mut t = Tally::new();
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    let k = usize::from(n % 4 == 3);
-                    n += 1;
-                    loop {
-                        let at = Instant::now();
-                        let r = http
-                            .put(
-                                &urls[k],
-                                &a.token,
-                                &json!({"value": value, "if_revision": revs[k]}),
-                            )
-                            .await;
-                        t.time(at);
-                        match r {
-                            Ok((200, b)) => {
-                                revs[k] = b["revision"].as_u64().unwrap_or(0);
-                                t.ok += 1;
-                                break;
-                            }
-                            Ok((409, b)) if b["error"]["code"] == "revision_conflict" => {
-                                t.conflicts += 1;
-                                revs[k] = b["error"]["current_revision"].as_u64().unwrap_or(0);
-                                if Instant::now() >= deadline {
-                                    break;
-                                }
-                            }
-                            Ok((s, b)) => {
-                                t.error(format!("cas: {s} {b}"));
-                                break;
-                            }
-                            Err(e) => {
-                                t.error(format!("cas: {e}"));
+    (f.cas, f.cas_conflicts_per_s) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let a = cas_addrs[(i / 4) % cas_addrs.len()].clone();
+        let http = http.clone();
+        async move {
+            let value = kilobyte();
+            let urls = [
+                format!("{}/state/cold-{i}", a.root),
+                format!("{}/state/hot", a.root),
+            ];
+            let mut revs = [0u64; 2];
+            let mut t = Tally::new();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let k = usize::from(n % 4 == 3);
+                n += 1;
+                loop {
+                    let at = Instant::now();
+                    let r = http
+                        .put(
+                            &urls[k],
+                            &a.token,
+                            &json!({"value": value, "if_revision": revs[k]}),
+                        )
+                        .await;
+                    t.time(at);
+                    match r {
+                        Ok((200, b)) => {
+                            revs[k] = b["revision"].as_u64().unwrap_or(0);
+                            t.ok += 1;
+                            break;
+                        }
+                        Ok((409, b)) if b["error"]["code"] == "revision_conflict" => {
+                            t.conflicts += 1;
+                            revs[k] = b["error"]["current_revision"].as_u64().unwrap_or(0);
+                            if Instant::now() >= deadline {
                                 break;
                             }
                         }
+                        Ok((s, b)) => {
+                            t.error(format!("cas: {s} {b}"));
+                            break;
+                        }
+                        Err(e) => {
+                            t.error(format!("cas: {e}"));
+                            break;
+                        }
                     }
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.cas = throughput(&t, started.elapsed(), &cpu);
-    f.cas_conflicts_per_s = t.conflicts as f64 / started.elapsed().as_secs_f64();
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
 
     // deliver: one address per agent.
     let feeds = create_addresses(&http, &server.url, c).await?;
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles = feeds
-        .iter()
-        .map(|a| {
-            let a = a.clone();
-            let http = http.clone();
-            tokio::spawn(async move {
-                let body = json!({"type": "bench.delivery", "data": kilobyte()});
-                let mut t = Tally::new();
-                while Instant::now() < deadline {
-                    let at = Instant::now();
-                    let r = http.post(&a.inbox, None, &body).await;
-                    t.time(at);
-                    match r {
-                        Ok((202, _)) => t.ok += 1,
-                        Ok((s, b)) => t.error(format!("deliver: {s} {b}")),
-                        Err(e) => t.error(format!("deliver: {e}")),
-                    }
+    (f.deliver, _) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let a = feeds[i].clone();
+        let http = http.clone();
+        async move {
+            let body = json!({"type": "bench.delivery", "data": kilobyte()});
+            let mut t = Tally::new();
+            while Instant::now() < deadline {
+                let at = Instant::now();
+                let r = http.post(&a.inbox, None, &body).await;
+                t.time(at);
+                match r {
+                    Ok((202, _)) => t.ok += 1,
+                    Ok((s, b)) => t.error(format!("deliver: {s} {b}")),
+                    Err(e) => t.error(format!("deliver: {e}")),
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.deliver = throughput(&t, started.elapsed(), &cpu);
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
 
     // read: pages of 10 from a random point of the feeds just written.
     let mut lengths = Vec::new();
@@ -598,49 +638,37 @@ pub async fn run_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Fi
         let (_, b) = http.get(&a.root, &a.token).await?;
         lengths.push(b["usage"]["last_sequence"].as_u64().unwrap_or(0));
     }
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles = feeds
-        .iter()
-        .zip(lengths)
-        .enumerate()
-        .map(|(i, (a, len))| {
-            let a = a.clone();
-            let http = http.clone();
-            tokio::spawn(async move {
-                let mut t = Tally::new();
-                let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (i as u64 + 1);
-                while Instant::now() < deadline {
-                    x = xorshift(x);
-                    let after = x % len.saturating_sub(10).max(1);
-                    let want = len.saturating_sub(after).min(10) as usize;
-                    let at = Instant::now();
-                    let r = http
-                        .get(
-                            &format!("{}/events?after={after}&limit=10", a.root),
-                            &a.token,
-                        )
-                        .await;
-                    t.time(at);
-                    match r {
-                        Ok((200, b)) if b["events"].as_array().map(Vec::len) == Some(want) => {
-                            t.ok += 1
-                        }
-                        Ok((s, b)) => t.error(format!(
-                            "read: {s}, {} events where {want} were expected",
-                            b["events"].as_array().map_or(0, Vec::len)
-                        )),
-                        Err(e) => t.error(format!("read: {e}")),
-                    }
+    (f.read, _) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let (a, len) = (feeds[i].clone(), lengths[i]);
+        let http = http.clone();
+        async move {
+            let mut t = Tally::new();
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (i as u64 + 1);
+            while Instant::now() < deadline {
+                x = xorshift(x);
+                let after = x % len.saturating_sub(10).max(1);
+                let want = len.saturating_sub(after).min(10) as usize;
+                let at = Instant::now();
+                let r = http
+                    .get(
+                        &format!("{}/events?after={after}&limit=10", a.root),
+                        &a.token,
+                    )
+                    .await;
+                t.time(at);
+                match r {
+                    Ok((200, b)) if b["events"].as_array().map(Vec::len) == Some(want) => t.ok += 1,
+                    Ok((s, b)) => t.error(format!(
+                        "read: {s}, {} events where {want} were expected",
+                        b["events"].as_array().map_or(0, Vec::len)
+                    )),
+                    Err(e) => t.error(format!("read: {e}")),
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.read = throughput(&t, started.elapsed(), &cpu);
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
     f.peak_rss_mb = rss_mb(server.pid).1;
 
     // delay: long-poll consumers on 8 feeds, one paced producer.
@@ -729,22 +757,7 @@ async fn aa_delay(
         http.post(&a.inbox, None, &json!({"type": "bench.stop"}))
             .await?;
     }
-    let mut seen = HashMap::new();
-    for c in consumers {
-        match tokio::time::timeout(Duration::from_secs(60), c).await {
-            Ok(Ok(Ok(s))) => seen.extend(s),
-            Ok(Ok(Err(e))) => errors.push(e),
-            Ok(Err(e)) => errors.push(format!("delay consumer: {e}")),
-            Err(_) => errors.push("delay consumer: no stop event within 60 s".into()),
-        }
-    }
-    let (d, missing) = delay_figures(&sent, &seen);
-    if missing > 0 {
-        errors.push(format!(
-            "delay: {missing} delivered events never reached a long poll"
-        ));
-    }
-    Ok(d)
+    Ok(delay_result(consumers, &sent, "long poll", errors).await)
 }
 
 /// Connections the HTTP/2 idle polls share (100 streams each for 10,000 polls: under hyper's
@@ -934,91 +947,76 @@ pub async fn run_etcd(bin: &Path, cfg: &Config) -> Result<Figures, String> {
     let value = kilobyte().to_string();
 
     // cas: the same fours and keys as agentaddress.
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles = (0..c)
-        .map(|i| {
-            let e = Arc::clone(&etcd);
-            let value = value.clone();
-            tokio::spawn(async move {
-                let keys = [
-                    format!("/s/{}/cold-{i}", i / 4),
-                    format!("/s/{}/hot", i / 4),
-                ];
-                let mut revs = [0u64; 2];
-                let mut t = Tally::new();
-                let mut n = 0u64;
-                while Instant::now() < deadline {
-                    let k = usize::from(n % 4 == 3);
-                    n += 1;
-                    loop {
-                        let at = Instant::now();
-                        let r = e
-                            .txn(
-                                mod_equals(&keys[k], revs[k]),
-                                json!([put(&keys[k], &value)]),
-                                json!([range(&keys[k])]),
-                            )
-                            .await;
-                        t.time(at);
-                        match r {
-                            Ok(Txn::Committed(rev)) => {
-                                revs[k] = rev;
-                                t.ok += 1;
-                                break;
-                            }
-                            Ok(Txn::Failed(b)) => {
-                                t.conflicts += 1;
-                                revs[k] = ranged(&b).0;
-                                if Instant::now() >= deadline {
-                                    break;
-                                }
-                            }
-                            Err(err) => {
-                                t.error(format!("cas: {err}"));
+    (f.cas, f.cas_conflicts_per_s) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let e = Arc::clone(&etcd);
+        let value = value.clone();
+        async move {
+            let keys = [
+                format!("/s/{}/cold-{i}", i / 4),
+                format!("/s/{}/hot", i / 4),
+            ];
+            let mut revs = [0u64; 2];
+            let mut t = Tally::new();
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                let k = usize::from(n % 4 == 3);
+                n += 1;
+                loop {
+                    let at = Instant::now();
+                    let r = e
+                        .txn(
+                            mod_equals(&keys[k], revs[k]),
+                            json!([put(&keys[k], &value)]),
+                            json!([range(&keys[k])]),
+                        )
+                        .await;
+                    t.time(at);
+                    match r {
+                        Ok(Txn::Committed(rev)) => {
+                            revs[k] = rev;
+                            t.ok += 1;
+                            break;
+                        }
+                        Ok(Txn::Failed(b)) => {
+                            t.conflicts += 1;
+                            revs[k] = ranged(&b).0;
+                            if Instant::now() >= deadline {
                                 break;
                             }
                         }
+                        Err(err) => {
+                            t.error(format!("cas: {err}"));
+                            break;
+                        }
                     }
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.cas = throughput(&t, started.elapsed(), &cpu);
-    f.cas_conflicts_per_s = t.conflicts as f64 / started.elapsed().as_secs_f64();
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
 
     // deliver: an append txn per event on each agent's own feed.
     let body = json!({"type": "bench.delivery", "data": kilobyte()}).to_string();
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles: Vec<_> = (0..c)
-        .map(|i| {
-            let e = Arc::clone(&etcd);
-            let body = body.clone();
-            tokio::spawn(async move {
-                let mut t = Tally::new();
-                let mut counter = (0u64, 0u64);
-                while Instant::now() < deadline {
-                    let at = Instant::now();
-                    let r = etcd_append(&e, &format!("/f/{i}/"), &mut counter, &body).await;
-                    t.time(at);
-                    match r {
-                        Ok(_) => t.ok += 1,
-                        Err(err) => t.error(format!("deliver: {err}")),
-                    }
+    (f.deliver, _) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let e = Arc::clone(&etcd);
+        let body = body.clone();
+        async move {
+            let mut t = Tally::new();
+            let mut counter = (0u64, 0u64);
+            while Instant::now() < deadline {
+                let at = Instant::now();
+                let r = etcd_append(&e, &format!("/f/{i}/"), &mut counter, &body).await;
+                t.time(at);
+                match r {
+                    Ok(_) => t.ok += 1,
+                    Err(err) => t.error(format!("deliver: {err}")),
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.deliver = throughput(&t, started.elapsed(), &cpu);
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
 
     // read: ranges of 10 event keys from a random point.
     let mut lengths = Vec::new();
@@ -1028,49 +1026,40 @@ pub async fn run_etcd(bin: &Path, cfg: &Config) -> Result<Figures, String> {
             .await?;
         lengths.push(unb64(&b["kvs"][0]["value"]).parse::<u64>().unwrap_or(0));
     }
-    let deadline = Instant::now() + cfg.phase;
-    let cpu = CpuMeter::start(server.pid);
-    let started = Instant::now();
-    let handles = lengths
-        .into_iter()
-        .enumerate()
-        .map(|(i, len)| {
-            let e = Arc::clone(&etcd);
-            tokio::spawn(async move {
-                let mut t = Tally::new();
-                let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (i as u64 + 1);
-                while Instant::now() < deadline {
-                    x = xorshift(x);
-                    let after = x % len.saturating_sub(10).max(1);
-                    let want = len.saturating_sub(after).min(10) as usize;
-                    let at = Instant::now();
-                    let r = e
-                        .call(
-                            "/v3/kv/range",
-                            &json!({
-                                "key": b64(&format!("/f/{i}/e/{:012}", after + 1)),
-                                "range_end": b64(&format!("/f/{i}/e0")),
-                                "limit": 10,
-                            }),
-                        )
-                        .await;
-                    t.time(at);
-                    match r {
-                        Ok(b) if b["kvs"].as_array().map_or(0, Vec::len) == want => t.ok += 1,
-                        Ok(b) => t.error(format!(
-                            "read: {} keys where {want} were expected",
-                            b["kvs"].as_array().map_or(0, Vec::len)
-                        )),
-                        Err(err) => t.error(format!("read: {err}")),
-                    }
+    (f.read, _) = phase(cfg, server.pid, c, &mut f.errors, |i, deadline| {
+        let (e, len) = (Arc::clone(&etcd), lengths[i]);
+        async move {
+            let mut t = Tally::new();
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (i as u64 + 1);
+            while Instant::now() < deadline {
+                x = xorshift(x);
+                let after = x % len.saturating_sub(10).max(1);
+                let want = len.saturating_sub(after).min(10) as usize;
+                let at = Instant::now();
+                let r = e
+                    .call(
+                        "/v3/kv/range",
+                        &json!({
+                            "key": b64(&format!("/f/{i}/e/{:012}", after + 1)),
+                            "range_end": b64(&format!("/f/{i}/e0")),
+                            "limit": 10,
+                        }),
+                    )
+                    .await;
+                t.time(at);
+                match r {
+                    Ok(b) if b["kvs"].as_array().map_or(0, Vec::len) == want => t.ok += 1,
+                    Ok(b) => t.error(format!(
+                        "read: {} keys where {want} were expected",
+                        b["kvs"].as_array().map_or(0, Vec::len)
+                    )),
+                    Err(err) => t.error(format!("read: {err}")),
                 }
-                t
-            })
-        })
-        .collect();
-    let t = gather(handles).await;
-    f.read = throughput(&t, started.elapsed(), &cpu);
-    f.errors.extend(t.errors.iter().cloned());
+            }
+            t
+        }
+    })
+    .await;
     f.peak_rss_mb = rss_mb(server.pid).1;
 
     f.delay = etcd_delay(&etcd, cfg, &mut f.errors).await?;
@@ -1171,22 +1160,7 @@ async fn etcd_delay(
         )
         .await?;
     }
-    let mut seen = HashMap::new();
-    for c in consumers {
-        match tokio::time::timeout(Duration::from_secs(60), c).await {
-            Ok(Ok(Ok(s))) => seen.extend(s),
-            Ok(Ok(Err(e))) => errors.push(e),
-            Ok(Err(e)) => errors.push(format!("delay watcher: {e}")),
-            Err(_) => errors.push("delay watcher: no stop key within 60 s".into()),
-        }
-    }
-    let (d, missing) = delay_figures(&sent, &seen);
-    if missing > 0 {
-        errors.push(format!(
-            "delay: {missing} appended events never reached a watch"
-        ));
-    }
-    Ok(d)
+    Ok(delay_result(consumers, &sent, "watch", errors).await)
 }
 
 async fn etcd_idle(server: &Server, cfg: &Config) -> Idle {

@@ -75,6 +75,30 @@ pub struct Address {
     pub created: Value,
 }
 
+impl Address {
+    /// The address in a create answer (of `POST /api/v1/addresses` or of MCP's
+    /// `create_return_address`) from the server at `base`; panics naming what the answer lacks.
+    pub fn from_created(base: &str, created: &Value) -> Address {
+        let s = |p: &str| {
+            created
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_else(|| panic!("create answer lacks {p}: {created}"))
+                .to_owned()
+        };
+        let id = s("/address/id");
+        Address {
+            root: format!("{base}/api/v1/addresses/{id}"),
+            events_url: s("/endpoints/events_url"),
+            state_url: s("/endpoints/state_url"),
+            inbox_url: s("/endpoints/inbox_url"),
+            token: s("/credentials/read_token"),
+            id,
+            created: created.clone(),
+        }
+    }
+}
+
 impl Client {
     pub fn new(base: &str) -> Self {
         let http = reqwest::Client::builder()
@@ -198,23 +222,7 @@ impl Client {
                 continue;
             }
             r.expect_status(201, "create address");
-            let s = |p: &str| {
-                r.json
-                    .pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or_else(|| panic!("create answer lacks {p}: {}", r.text))
-                    .to_owned()
-            };
-            let id = s("/address/id");
-            return Address {
-                root: format!("{}/api/v1/addresses/{id}", self.base),
-                events_url: s("/endpoints/events_url"),
-                state_url: s("/endpoints/state_url"),
-                inbox_url: s("/endpoints/inbox_url"),
-                token: s("/credentials/read_token"),
-                id,
-                created: r.json.clone(),
-            };
+            return Address::from_created(&self.base, &r.json);
         }
         panic!("address creation stayed rate limited");
     }

@@ -170,23 +170,7 @@ impl Mcp {
     pub async fn create(&self, args: Value) -> (Address, Value) {
         let r = self.call_patiently("create_return_address", args).await;
         let v = r.ok("create_return_address").clone();
-        let s = |p: &str| {
-            v.pointer(p)
-                .and_then(Value::as_str)
-                .unwrap_or_else(|| panic!("create_return_address lacks {p}: {v}"))
-                .to_owned()
-        };
-        let id = s("/address/id");
-        let address = Address {
-            root: format!("{}/api/v1/addresses/{id}", self.base),
-            events_url: s("/endpoints/events_url"),
-            state_url: s("/endpoints/state_url"),
-            inbox_url: s("/endpoints/inbox_url"),
-            token: s("/credentials/read_token"),
-            id,
-            created: v.clone(),
-        };
-        (address, v)
+        (Address::from_created(&self.base, &v), v)
     }
 
     pub async fn close(self) {

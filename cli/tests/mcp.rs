@@ -5,12 +5,9 @@
 mod common;
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use agentaddress_blackbox::{mcp, Client};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 
 async fn serve() -> (tempfile::TempDir, tokio::process::Child, String) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
@@ -71,34 +68,14 @@ async fn mcp_read_token_is_never_logged() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let log_path = dir.path().join("serve.log");
     let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("mcp.db"))
-        .env(
-            "RUST_LOG",
-            "trace,rmcp=trace,rmcp::service=trace,rmcp::transport=trace",
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let line = tokio::time::timeout(
-        Duration::from_secs(30),
-        BufReader::new(stdout).lines().next_line(),
+    let (mut child, base, _stdout) = common::spawn_serve_with(
+        &dir.path().join("mcp.db"),
+        "127.0.0.1:0",
+        &[],
+        "trace,rmcp=trace,rmcp::service=trace,rmcp::transport=trace",
+        Stdio::from(log),
     )
-    .await
-    .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-    .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
-    .unwrap_or_else(|| panic!("agentaddress serve exited before listening"));
-    let base = line
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-        .to_owned();
+    .await;
 
     let m = mcp::Mcp::connect(&base).await;
     let (a, _) = m.create(json!({"name": "secret test"})).await;

@@ -6,6 +6,8 @@
 //! - secrets are compared as fixed-length SHA-256 digests in constant time;
 //! - the creation and poll rate limits hold exactly under a concurrent burst.
 
+mod common;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,8 +16,8 @@ use agentaddress_blackbox::{Address, Client, Resp};
 use agentaddress_shared::domain::ids;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::io::AsyncReadExt;
+use tokio::process::Child;
 use tokio::task::JoinSet;
 
 // ---------------------------------------------------------------------------------------------
@@ -34,31 +36,14 @@ struct Server {
 /// and stderr going to `stderr`.
 async fn start(extra: &[&str], rust_log: &str, stderr: Stdio) -> Server {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("agentaddress.db"))
-        .args(extra)
-        .env("RUST_LOG", rust_log)
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
-        .await
-        .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"));
-    let base = line
-        .trim_end()
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_owned();
+    let (child, base, mut reader) = common::spawn_serve_with(
+        &dir.path().join("agentaddress.db"),
+        "127.0.0.1:0",
+        extra,
+        rust_log,
+        stderr,
+    )
+    .await;
     let stdout_rest = tokio::spawn(async move {
         let mut rest = String::new();
         let _ = reader.read_to_string(&mut rest).await;

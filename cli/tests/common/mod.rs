@@ -1,22 +1,37 @@
 //! What the CLI's integration tests share: starting `agentaddress serve`.
+// Each test crate includes this module and uses only part of it.
+#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
 
 /// Starts `agentaddress serve --listen LISTEN --db DB EXTRA…` (warn-level logs) and returns it
 /// with the base URL from its first stdout line.
 pub async fn spawn_serve(db: &Path, listen: &str, extra: &[&str]) -> (Child, String) {
+    let (child, base, _) = spawn_serve_with(db, listen, extra, "warn", Stdio::inherit()).await;
+    (child, base)
+}
+
+/// [`spawn_serve`] with `RUST_LOG` and the server's stderr chosen by the test; also returns the
+/// rest of the server's stdout after its first line (where `--log-format json` writes).
+pub async fn spawn_serve_with(
+    db: &Path,
+    listen: &str,
+    extra: &[&str],
+    rust_log: &str,
+    stderr: Stdio,
+) -> (Child, String, BufReader<ChildStdout>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
         .args(["serve", "--listen", listen, "--db"])
         .arg(db)
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", rust_log)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
@@ -24,15 +39,20 @@ pub async fn spawn_serve(db: &Path, listen: &str, extra: &[&str]) -> (Child, Str
         .stdout
         .take()
         .unwrap_or_else(|| panic!("no stdout from agentaddress serve"));
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
         .await
         .unwrap_or_else(|_| panic!("agentaddress serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"))
-        .unwrap_or_else(|| panic!("agentaddress serve exited before listening (on {listen})"));
+        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"));
+    assert!(
+        n > 0,
+        "agentaddress serve exited before listening (on {listen})"
+    );
     let base = line
+        .trim_end()
         .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_owned();
-    (child, base)
+    (child, base, reader)
 }
