@@ -11,6 +11,7 @@ use agentaddress_shared::config::ServiceConfig;
 use agentaddress_shared::domain::{Clock, SystemClock};
 use agentaddress_shared::store::sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
 use agentaddress_shared::store::Store;
+use axum::serve::ListenerExt;
 use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
@@ -172,6 +173,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::info!("shutting down: finishing in-flight requests");
         let _ = shutdown_tx.send(true);
     };
+    // Connections close with a lingering close (see `transport`); `tap_io` turns Nagle's
+    // algorithm off (hyper writes each answer whole) and lets `ConnectInfo<SocketAddr>` work
+    // with a listener of our own.
+    let listener = crate::transport::LingerListener::new(listener).tap_io(|io| {
+        if let Err(e) = io.get_ref().set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

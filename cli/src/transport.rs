@@ -17,18 +17,32 @@
 //! closed before message completed" although the server was fine. Saying `Connection: close`
 //! makes the client open a fresh connection instead. HTTP/2 streams don't have this problem
 //! (an unread body ends its stream only), so they pass through untouched.
+//!
+//! **Closing** ([`LingerListener`]): when the server closes a connection it shuts its sending
+//! side, then reads and discards what the client still sends, until the client closes too or
+//! [`LINGER`] has passed. A client that sends a whole over-limit body (without `Expect:
+//! 100-continue`) is still writing when the 413 is sent; closing the socket with those bytes
+//! unread makes the kernel answer them with a reset, and then the client's write fails and
+//! most clients (reqwest and hyper among them) report "error sending request" instead of the
+//! 413. This is the "lingering close" of nginx and Go's net/http.
 
 use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, Version};
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Sleep;
 use tower::{Layer, Service};
 
 /// `.layer(PerVersionLayer)` on the router. A tower layer, not `axum::middleware::from_fn`,
@@ -163,5 +177,176 @@ impl HttpBody for Tracked {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// How long a closing connection keeps reading what its client still sends.
+pub const LINGER: Duration = Duration::from_secs(2);
+
+/// A TCP listener whose connections close with a lingering close (see the module's docs).
+/// `axum::serve(LingerListener::new(l).tap_io(…), …)` (`tap_io` also lets
+/// `ConnectInfo<SocketAddr>` work with it).
+#[derive(Debug)]
+pub struct LingerListener {
+    inner: TcpListener,
+}
+
+impl LingerListener {
+    pub fn new(inner: TcpListener) -> Self {
+        Self { inner }
+    }
+}
+
+impl axum::serve::Listener for LingerListener {
+    type Io = Lingering<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, SocketAddr) {
+        // axum's own accept loop for TCP (it waits out errors such as EMFILE).
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        (Lingering::new(io), addr)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// A connection whose shutdown lingers: it shuts its sending side, then reads and discards
+/// until the peer's end of stream, an error, or [`LINGER`].
+#[derive(Debug)]
+pub struct Lingering<I> {
+    io: I,
+    /// Set once the sending side is shut: the deadline of the discarding.
+    closing: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> Lingering<I> {
+    pub fn new(io: I) -> Self {
+        Self { io, closing: None }
+    }
+
+    pub fn get_ref(&self) -> &I {
+        &self.io
+    }
+}
+
+/// Reads one poll may discard before it yields to other tasks.
+const DISCARD_READS_PER_POLL: usize = 64;
+
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Lingering<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Lingering<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.closing.is_none() {
+            std::task::ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
+            this.closing = Some(Box::pin(tokio::time::sleep(LINGER)));
+        }
+        let mut scratch = [0u8; 4096];
+        let mut waiting_for_data = false;
+        for _ in 0..DISCARD_READS_PER_POLL {
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut this.io).poll_read(cx, &mut buf) {
+                // The peer's end of stream, or a broken connection: nothing left to protect.
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {}
+                Poll::Pending => {
+                    waiting_for_data = true;
+                    break;
+                }
+            }
+        }
+        match this
+            .closing
+            .as_mut()
+            .map(|deadline| deadline.as_mut().poll(cx))
+        {
+            Some(Poll::Ready(())) | None => Poll::Ready(Ok(())),
+            Some(Poll::Pending) => {
+                if !waiting_for_data {
+                    // The read budget ran out with data still coming: yield, then go on.
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{duplex, AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    #[tokio::test]
+    async fn shutdown_reads_what_the_peer_still_sends_until_it_closes() {
+        // A 64-byte pipe: the peer's 100 KB only get through if the closing side reads them.
+        let (ours, mut peer) = duplex(64);
+        let peer_task = tokio::spawn(async move {
+            peer.write_all(&[7u8; 100_000]).await?;
+            peer.shutdown().await?;
+            let mut rest = Vec::new();
+            peer.read_to_end(&mut rest).await?;
+            Ok::<_, io::Error>(rest)
+        });
+        let mut ours = Lingering::new(ours);
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(1), ours.shutdown())
+            .await
+            .unwrap_or_else(|_| panic!("shutdown waited for more than the peer's end"))
+            .unwrap_or_else(|e| panic!("shutdown: {e}"));
+        assert!(started.elapsed() < LINGER);
+        let rest = peer_task
+            .await
+            .unwrap_or_else(|e| panic!("peer task: {e}"))
+            .unwrap_or_else(|e| panic!("the peer's writes failed: {e}"));
+        assert!(rest.is_empty(), "the peer sees our end of stream");
+    }
+
+    #[tokio::test]
+    async fn shutdown_gives_up_after_the_linger_time() {
+        let (ours, _peer) = duplex(64); // the peer keeps its side open and sends nothing
+        let mut ours = Lingering::new(ours);
+        let started = Instant::now();
+        tokio::time::timeout(LINGER + Duration::from_secs(2), ours.shutdown())
+            .await
+            .unwrap_or_else(|_| panic!("shutdown outlived the linger time"))
+            .unwrap_or_else(|e| panic!("shutdown: {e}"));
+        assert!(started.elapsed() >= LINGER, "{:?}", started.elapsed());
     }
 }

@@ -2,6 +2,8 @@
 //! - an HTTP/1.1 answer given before the request body was read (413 on a declared length over
 //!   the limit, 401/404 on a wrong inbox URL) says `Connection: close` and closes; an answer
 //!   that read its body keeps the connection for the next request;
+//! - a client that sends a whole over-limit body still reads the 413 (the server lingers on
+//!   close, reading what still arrives, instead of resetting the connection);
 //! - a pooling client (reqwest) never sends a request on a connection the server is closing;
 //! - HTTP/2 with prior knowledge (h2c) serves the same API on the same port, and many long
 //!   polls share one connection, each woken by its own delivery; SIGTERM answers them and the
@@ -189,6 +191,64 @@ async fn an_answer_before_the_body_was_read_closes_the_connection_and_says_so() 
         })
         .unwrap_or_default();
     assert_eq!(texts, ["delivery 0", "delivery 1"], "{}", r.text);
+}
+
+/// A client that sends all of an over-limit body (no `Expect: 100-continue`) while the server
+/// has already answered 413 and closes: the answer must reach it. A server that closes with
+/// the body's bytes unread in its socket makes the kernel answer them with a reset, and the
+/// reset destroys the 413 before the client reads it; `serve` reads and discards what still
+/// arrives, for a while, after it shuts its side.
+#[tokio::test]
+async fn a_refused_body_does_not_reset_the_answer() {
+    let (_child, base, _dir) = server().await;
+    let c = Client::new(&base);
+    let a = c.new_address().await;
+    let host = authority(&base).to_owned();
+    let path = path_of(&a.inbox_url);
+    let body = vec![b'a'; 4_000_000];
+    for round in 0..20 {
+        let sock = TcpStream::connect(&host)
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let (mut rd, mut wr) = sock.into_split();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        let body = body.clone();
+        let writer = tokio::spawn(async move {
+            let _ = wr.write_all(head.as_bytes()).await;
+            // The server may refuse before reading it: a failed write is its business.
+            let _ = wr.write_all(&body).await;
+            wr
+        });
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), rd.read_to_end(&mut got))
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the server neither answered nor closed"));
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            read.is_ok() && text.starts_with("HTTP/1.1 413 "),
+            "round {round}: the 413 did not arrive whole ({read:?}): {text:?}"
+        );
+        assert!(
+            text.to_ascii_lowercase().contains("connection: close"),
+            "{text}"
+        );
+        let _ = writer.await;
+    }
+    // The same through a pooling client, which reports a failed body write as a failed request.
+    for round in 0..20 {
+        c.send(
+            "POST",
+            &a.inbox_url,
+            None,
+            &[("content-type", "text/plain")],
+            Some(body.clone()),
+        )
+        .await
+        .expect_error(413, "payload_too_large", &format!("round {round}"));
+    }
 }
 
 #[tokio::test]
