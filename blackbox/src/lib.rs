@@ -61,6 +61,9 @@ impl Resp {
 pub struct Client {
     pub base: String,
     http: reqwest::Client,
+    /// A gateway stands in front of the functions (API Gateway; locally cargo-lambda's
+    /// emulator): see [`Client::behind_gateway`].
+    gateway: bool,
 }
 
 /// An address as its creator holds it.
@@ -109,6 +112,27 @@ impl Client {
         Self {
             base: base.trim_end_matches('/').to_owned(),
             http,
+            gateway: false,
+        }
+    }
+
+    /// A client of the Lambda stack, where a gateway stands between the client and the
+    /// functions. Besides a gateway's own 5xx, it retries an idempotent request that got no
+    /// answer at all (a reset, or nothing within the timeout): cargo-lambda's emulator now and
+    /// then drops an answer its function gave. [`Client::new`] (for `serve`) never retries a
+    /// request that got no answer: that is a server bug there.
+    pub fn behind_gateway(base: &str) -> Self {
+        Self {
+            gateway: true,
+            ..Self::new(base)
+        }
+    }
+
+    /// A fresh client (no pooled connections) of the same server, in the same mode.
+    pub fn reconnected(&self) -> Self {
+        Self {
+            gateway: self.gateway,
+            ..Self::new(&self.base)
         }
     }
 
@@ -132,20 +156,30 @@ impl Client {
         };
         let method = reqwest::Method::from_bytes(method.as_bytes())
             .unwrap_or_else(|e| panic!("bad method {method}: {e}"));
+        let idempotent = method == reqwest::Method::GET
+            || method == reqwest::Method::PUT
+            || (method == reqwest::Method::POST && url.ends_with("/ack"));
         let mut attempt = 0;
         loop {
-            let r = self
+            let r = match self
                 .send_once(&method, &url, token, headers, body.clone())
-                .await;
+                .await
+            {
+                Ok(r) => r,
+                Err(e) if self.gateway && idempotent && attempt < 3 => {
+                    attempt += 1;
+                    eprintln!("blackbox: no answer through the gateway: {e}; retry {attempt}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
             // A 5xx that is not agentaddress's own error envelope came from the gateway in
             // front (API Gateway, or cargo-lambda's emulator, which now and then answers its
             // own 500 although the function answered). Clients retry those on idempotent
             // requests — GET, PUT (the same value again), ack (idempotent by the contract);
             // our own 5xx answers are never retried, so they still fail a test.
             let from_gateway = r.status >= 500 && r.json["error"]["code"].as_str().is_none();
-            let idempotent = method == reqwest::Method::GET
-                || method == reqwest::Method::PUT
-                || (method == reqwest::Method::POST && url.ends_with("/ack"));
             if from_gateway && idempotent && attempt < 3 {
                 attempt += 1;
                 eprintln!(
@@ -166,7 +200,7 @@ impl Client {
         token: Option<&str>,
         headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
-    ) -> Resp {
+    ) -> Result<Resp, String> {
         let mut req = self.http.request(method.clone(), url);
         if let Some(t) = token {
             req = req.bearer_auth(t);
@@ -177,24 +211,25 @@ impl Client {
         if let Some(b) = body {
             req = req.body(b);
         }
+        // `{:?}` too: reqwest's message alone ("error sending request") hides the cause.
         let resp = req
             .send()
             .await
-            .unwrap_or_else(|e| panic!("{method} {url} failed: {e}"));
+            .map_err(|e| format!("{method} {url} failed: {e} ({e:?})"))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         let bytes = resp
             .bytes()
             .await
-            .unwrap_or_else(|e| panic!("reading the answer of {method} {url} failed: {e}"));
+            .map_err(|e| format!("reading the answer of {method} {url} failed: {e} ({e:?})"))?;
         let text = String::from_utf8_lossy(&bytes).into_owned();
         let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Resp {
+        Ok(Resp {
             status,
             headers,
             text,
             json,
-        }
+        })
     }
 
     pub async fn get(&self, url: &str, token: Option<&str>) -> Resp {
@@ -308,4 +343,61 @@ pub trait Restartable: Send {
     /// Stops the server abruptly (as a crash would) and starts it again on the same data and
     /// base URL; returns once it answers.
     fn restart(&mut self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server whose first connection is closed without an answer; later ones get a 200.
+    async fn drops_the_first_request() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("local_addr: {e}"));
+        tokio::spawn(async move {
+            let mut first = true;
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                if first {
+                    first = false;
+                    continue; // dropped: closed with no answer
+                }
+                let _ = sock
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+                    )
+                    .await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn behind_a_gateway_a_get_without_an_answer_is_retried() {
+        let base = drops_the_first_request().await;
+        let r = Client::behind_gateway(&base).get("/x", None).await;
+        assert_eq!(r.status, 200);
+    }
+
+    #[tokio::test]
+    async fn behind_a_gateway_a_post_without_an_answer_is_not_retried() {
+        let base = drops_the_first_request().await;
+        let c = Client::behind_gateway(&base);
+        let sent = tokio::spawn(async move { c.send("POST", "/x", None, &[], None).await });
+        assert!(sent.await.is_err(), "a delivery is not retried");
+    }
+
+    #[tokio::test]
+    async fn a_get_without_an_answer_from_serve_fails() {
+        let base = drops_the_first_request().await;
+        let c = Client::new(&base);
+        let sent = tokio::spawn(async move { c.get("/x", None).await });
+        assert!(sent.await.is_err(), "no retry without a gateway");
+    }
 }

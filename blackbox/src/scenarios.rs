@@ -589,9 +589,9 @@ pub async fn survives_restart(c: &Client, server: Option<&mut dyn Restartable>) 
     let c = match server {
         Some(s) => {
             s.restart().await;
-            Client::new(&c.base)
+            c.reconnected()
         }
-        None => Client::new(&c.base),
+        None => c.reconnected(),
     };
 
     let all = c.read_all(&a).await;

@@ -69,7 +69,8 @@ impl Restartable for Server {
 /// The deployment under test: an external base URL, or a fresh server of our own.
 async fn target() -> (Client, Option<Server>) {
     match std::env::var("AGENTADDRESS_BASE_URL") {
-        Ok(url) if !url.trim().is_empty() => (Client::new(url.trim()), None),
+        // A deployment: API Gateway stands in front of it.
+        Ok(url) if !url.trim().is_empty() => (Client::behind_gateway(url.trim()), None),
         _ => {
             let server = Server::start().await;
             (Client::new(&server.base), Some(server))

@@ -19,7 +19,7 @@ fn env(name: &str) -> String {
 }
 
 fn client() -> Client {
-    Client::new(&env("AGENTADDRESS_LAMBDA_URL"))
+    Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

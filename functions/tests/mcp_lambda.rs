@@ -24,7 +24,7 @@ async fn mcp_handshake_and_tool_list() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_tools_end_to_end() {
     let base = base();
-    mcp::tools_end_to_end(&base, &Client::new(&base)).await;
+    mcp::tools_end_to_end(&base, &Client::behind_gateway(&base)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
