@@ -312,6 +312,10 @@ async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Serv
         .env("AGENTADDRESS_POLLS_PER_MINUTE", "1000000000")
         .env("AGENTADDRESS_CREATIONS_PER_MINUTE", "1000000000")
         .env("AGENTADDRESS_MAX_RETAINED_EVENTS", "10000000")
+        // Every benchmark client connects from 127.0.0.1: no per-IP cap; the global cap is
+        // whatever the descriptor limit allows.
+        .env("AGENTADDRESS_MAX_CONNECTIONS", "1000000")
+        .env("AGENTADDRESS_MAX_CONNECTIONS_PER_IP", "0")
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

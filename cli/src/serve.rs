@@ -6,12 +6,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentaddress_shared::api::page_budget::PageBudget;
 use agentaddress_shared::api::{self, ApiConfig, AppState};
 use agentaddress_shared::config::ServiceConfig;
 use agentaddress_shared::domain::{Clock, SystemClock};
 use agentaddress_shared::store::sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
 use agentaddress_shared::store::Store;
-use axum::serve::ListenerExt;
+
+use crate::transport;
 use tokio::sync::watch;
 
 #[derive(Debug, clap::Args)]
@@ -48,6 +50,52 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "AGENTADDRESS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+
+    /// Seconds a started request head may take to arrive whole (HTTP/1).
+    #[arg(long, env = "AGENTADDRESS_HEADER_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_timeout_seconds: u64,
+
+    /// Seconds a connection may stay open with no request in flight.
+    #[arg(long, env = "AGENTADDRESS_IDLE_TIMEOUT_SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    idle_timeout_seconds: u64,
+
+    /// Seconds a request body may go without a byte (then 408).
+    #[arg(long, env = "AGENTADDRESS_BODY_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    body_timeout_seconds: u64,
+
+    /// Least average rate of a request body once the body timeout has passed, in bytes per
+    /// second (0: none).
+    #[arg(long, env = "AGENTADDRESS_BODY_MIN_RATE", default_value_t = 4096)]
+    body_min_rate: u64,
+
+    /// Seconds an answer may take to be written once the client stops reading it (then the
+    /// connection is dropped).
+    #[arg(long, env = "AGENTADDRESS_WRITE_TIMEOUT_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    write_timeout_seconds: u64,
+
+    /// Open connections at most; lowered to what the descriptor limit allows.
+    #[arg(long, env = "AGENTADDRESS_MAX_CONNECTIONS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+
+    /// Open connections per client IP at most (0: no per-IP cap). Behind a reverse proxy
+    /// every client has the proxy's IP: raise it or set 0.
+    #[arg(
+        long,
+        env = "AGENTADDRESS_MAX_CONNECTIONS_PER_IP",
+        default_value_t = 1_000
+    )]
+    max_connections_per_ip: u64,
+
+    /// MiB that pages of events being written to clients may hold together; past it pages
+    /// are cut shorter (at least one event each).
+    #[arg(long, env = "AGENTADDRESS_PAGE_MEMORY_MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(4..=65_536))]
+    page_memory_mib: u64,
 
     #[command(flatten)]
     service: ServiceConfig,
@@ -124,12 +172,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     .map_err(|e| format!("cannot open the database {}: {e}", args.db.display()))?;
     let store: Arc<dyn Store> = Arc::new(store);
     let config = ApiConfig::from(&args.service);
-    let limits = config.limits.clone();
+    let retention = config.limits.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let state = AppState::new(Arc::clone(&store), config)
         .with_clock(Arc::clone(&clock))
-        .with_shutdown(shutdown_rx.clone());
+        .with_shutdown(shutdown_rx.clone())
+        .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024));
     // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
     // them apart by the connection preface.
     let app = api::router(state).layer(crate::transport::PerVersionLayer);
@@ -140,13 +189,33 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let local = listener
         .local_addr()
         .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let limits = transport::ConnLimits {
+        header_timeout: Duration::from_secs(args.header_timeout_seconds),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
+        body_timeout: Duration::from_secs(args.body_timeout_seconds),
+        body_min_rate: args.body_min_rate,
+        write_timeout: Duration::from_secs(args.write_timeout_seconds),
+        max_connections: connection_cap(
+            usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        ),
+        max_connections_per_ip: usize::try_from(args.max_connections_per_ip).unwrap_or(usize::MAX),
+    };
     println!("agentaddress listening on http://{local}");
     tracing::info!(
         %local,
         db = %args.db.display(),
         synchronous = ?args.sqlite_synchronous,
+        max_connections = limits.max_connections,
+        max_connections_per_ip = limits.max_connections_per_ip,
         "serving the agentaddress API on the embedded store"
     );
+    if args.service.public_url.is_none() && !local.ip().is_loopback() {
+        tracing::warn!(
+            "listening on {local} without --public-url: the URLs handed out (inbox_url, \
+             events_url, state_url) are built from each request's Host header; set \
+             --public-url (AGENTADDRESS_PUBLIC_URL) to the address clients reach"
+        );
+    }
 
     let sweeper = {
         let store = Arc::clone(&store);
@@ -155,7 +224,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let every = Duration::from_secs(args.sweep_interval_seconds);
         tokio::spawn(async move {
             loop {
-                match store.sweep(&limits, clock.now()).await {
+                match store.sweep(&retention, clock.now()).await {
                     Ok(r) if r != Default::default() => tracing::info!(?r, "sweep"),
                     Ok(_) => {}
                     Err(e) => tracing::warn!(error = %e, "sweep failed"),
@@ -173,17 +242,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::info!("shutting down: finishing in-flight requests");
         let _ = shutdown_tx.send(true);
     };
-    // Connections close with a lingering close (see `transport`); `tap_io` turns Nagle's
-    // algorithm off (hyper writes each answer whole) and lets `ConnectInfo<SocketAddr>` work
-    // with a listener of our own.
-    let listener = crate::transport::LingerListener::new(listener).tap_io(|io| {
-        if let Err(e) = io.get_ref().set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
+    // Caps, timeouts and the lingering close: see `transport`.
+    let registry = transport::Registry::new(limits);
+    let listener = transport::GuardListener::new(listener, registry);
     axum::serve(
         listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
+        app.into_make_service_with_connect_info::<transport::Conn>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
@@ -191,6 +255,35 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let _ = sweeper.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Descriptors kept free besides connections: refusals being written, the spare of the accept
+/// loop, and what the runtime and the log may open.
+const SPARE_DESCRIPTORS: usize = transport::MAX_REFUSING + 32;
+
+/// `configured`, lowered so that open connections can never exhaust the descriptor limit
+/// (whose soft value is first raised to the hard one). Call it once the store and the
+/// listener are open: what they hold is counted.
+fn connection_cap(configured: usize) -> usize {
+    let soft = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the descriptor limit");
+            return configured;
+        }
+    };
+    let open = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count());
+    let room = usize::try_from(soft)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(open + SPARE_DESCRIPTORS);
+    if room < configured {
+        tracing::warn!(
+            descriptor_limit = soft,
+            open,
+            "the descriptor limit allows {room} connections, not {configured}: raise `ulimit -n`"
+        );
+    }
+    configured.min(room).max(1)
 }
 
 async fn wait_for_signal() {

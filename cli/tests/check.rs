@@ -55,6 +55,7 @@ fn assert_mix(report: &Report) {
         ("deliver_idempotent", "202"),
         ("deliver_idempotent", "200"),
         ("deliver_other_body", "422 idempotency_key_reused"),
+        ("deliver_lossy", "202"),
         ("delete_conditional", "200"),
         ("poll", "200"),
         ("ack", "200"),

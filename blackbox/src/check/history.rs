@@ -15,6 +15,25 @@ pub const COUNTER_PREFIX: &str = "counter-";
 /// `{"type": DELIVERY_TYPE, "data": {"marker": …, …}}`, so the event's `data` is the body's `data`.
 pub const DELIVERY_TYPE: &str = "check.delivery";
 
+/// The `type` of an event whose body is kept as text (docs/API.md, "Inbox.").
+pub const RAW_TYPE: &str = "http.request";
+
+/// How many bodies [`lossy_body`] knows.
+pub const LOSSY_BODIES: usize = 4;
+
+/// A JSON body that parsing would change, carrying `marker` (docs/API.md, "Inbox."): the
+/// poison event nested 125 deep, a repeated key, a repeated `type`, a number written `1E5`.
+/// The server must keep each as its exact text: a [`RAW_TYPE`] event whose data is
+/// `{"content_type": "application/json", "text": body}`.
+pub fn lossy_body(kind: usize, marker: &str) -> String {
+    match kind % LOSSY_BODIES {
+        0 => format!("{}\"{marker}\"{}", "[".repeat(125), "]".repeat(125)),
+        1 => format!(r#"{{"a":1,"a":2,"marker":"{marker}"}}"#),
+        2 => format!(r#"{{"type":"x","type":"y","marker":"{marker}"}}"#),
+        _ => format!(r#"{{"n":1E5,"marker":"{marker}"}}"#),
+    }
+}
+
 /// Which part of the run issued a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
@@ -55,6 +74,12 @@ pub enum OpKind {
         data: Value,
         other_body: bool,
     },
+    /// `POST {inbox_url}` of `body` (a [`lossy_body`]) as `application/json`, with an
+    /// Idempotency-Key (retries share it and the body).
+    DeliverRaw {
+        idempotency_key: String,
+        body: String,
+    },
     /// `GET {events_url}?after=..&wait=..&limit=..` by consumer `consumer`.
     Poll {
         consumer: usize,
@@ -94,6 +119,7 @@ impl OpKind {
                 (true, false) => "deliver_idempotent",
                 (false, false) => "deliver_plain",
             },
+            Self::DeliverRaw { .. } => "deliver_lossy",
             Self::Poll { .. } => "poll",
             Self::ReadEvent { .. } => "read_event",
             Self::Ack { .. } => "ack",
@@ -104,7 +130,11 @@ impl OpKind {
     pub fn is_write(&self) -> bool {
         matches!(
             self,
-            Self::Put { .. } | Self::Delete { .. } | Self::Deliver { .. } | Self::Ack { .. }
+            Self::Put { .. }
+                | Self::Delete { .. }
+                | Self::Deliver { .. }
+                | Self::DeliverRaw { .. }
+                | Self::Ack { .. }
         )
     }
 }

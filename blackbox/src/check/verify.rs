@@ -13,6 +13,8 @@
 //! - each delivery marker (an Idempotency-Key) has exactly one event when any attempt got a
 //!   2xx (at most one otherwise), every 2xx names that event, and a reused key with another
 //!   body never lands;
+//! - each body that parsing would change (nested 125 deep, a repeated key, `1E5`) is one
+//!   `http.request` event holding its exact text, as docs/API.md ("Inbox.") says;
 //! - real time: a read sent after a write was answered 2xx sees it (feed pages that say
 //!   `has_more: false`, usage, state reads, acks);
 //! - the final state list and every key equal the replay of the feed.
@@ -24,7 +26,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::Value;
 
-use super::history::{Anomaly, History, Op, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE};
+use super::history::{
+    Anomaly, History, Op, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, RAW_TYPE,
+};
 
 /// Checks a history; an empty answer means every invariant held.
 pub fn verify(h: &History) -> Vec<Anomaly> {
@@ -445,7 +449,9 @@ impl Verifier<'_> {
                     None => Err("a conflicting delete of a present key needs its revision".into()),
                 }
             }
-            (OpKind::Put { .. } | OpKind::Deliver { .. }, 409) if code == "quota_exceeded" => {
+            (OpKind::Put { .. } | OpKind::Deliver { .. } | OpKind::DeliverRaw { .. }, 409)
+                if code == "quota_exceeded" =>
+            {
                 Ok(()) // checked against the feed in the address pass
             }
             (
@@ -457,6 +463,13 @@ impl Verifier<'_> {
                 if status == 200 && idempotency_key.is_none() {
                     return Err("a delivery without a key answered as a duplicate".into());
                 }
+                if body["duplicate"] != Value::Bool(status == 200) {
+                    return Err("duplicate must be false on 202 and true on 200".into());
+                }
+                id(&body["event"]["id"], "event.id")?;
+                seq(&body["event"]["sequence"], "event.sequence").map(|_| ())
+            }
+            (OpKind::DeliverRaw { .. }, 202 | 200) => {
                 if body["duplicate"] != Value::Bool(status == 200) {
                     return Err("duplicate must be false on 202 and true on 200".into());
                 }
@@ -614,14 +627,14 @@ impl Verifier<'_> {
                 (OpKind::Put { .. } | OpKind::Delete { .. }, Some(200)) => {
                     o.outcome.body()["revision"].as_u64()
                 }
-                (OpKind::Deliver { .. }, Some(200 | 202)) => {
+                (OpKind::Deliver { .. } | OpKind::DeliverRaw { .. }, Some(200 | 202)) => {
                     o.outcome.body()["event"]["sequence"].as_u64()
                 }
                 _ => None,
             };
             if let Some(s) = claimed {
                 answered.push((o.end_us, s));
-                if !matches!(o.kind, OpKind::Deliver { .. }) {
+                if !matches!(o.kind, OpKind::Deliver { .. } | OpKind::DeliverRaw { .. }) {
                     claims.entry(s).or_default().push(i);
                 }
             }
@@ -754,6 +767,7 @@ impl Verifier<'_> {
                     }
                     continue;
                 }
+                RAW_TYPE => continue, // a lossy body's text: checked with the deliveries
                 _ => {
                     let d = format!("event {s} of type {ty:?}, which no request of ours makes");
                     self.push("phantom_event", addr, None, d);
@@ -899,6 +913,85 @@ impl Verifier<'_> {
         }
     }
 
+    /// Bodies that parsing would change: each is one `http.request` event whose data is
+    /// `{"content_type": "application/json", "text": <the exact body>}` (docs/API.md,
+    /// "Inbox."), answered like any idempotent delivery.
+    fn lossy_deliveries(&mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>) {
+        let h = self.h;
+        let addr = Some(a);
+        let mut sent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &i in ops {
+            if let OpKind::DeliverRaw { body, .. } = &h.ops[i].kind {
+                sent.entry(body.as_str()).or_default().push(i);
+            }
+        }
+        let mut in_feed: HashMap<&str, Vec<(u64, &Value)>> = HashMap::new();
+        for (&s, &(_, e)) in feed {
+            if e["type"] != RAW_TYPE {
+                continue;
+            }
+            let data = &e["data"];
+            let text = data["text"].as_str().filter(|t| {
+                sent.contains_key(t)
+                    && e["ingress_surface"] == "http"
+                    && e["source"].is_null()
+                    && data["content_type"] == "application/json"
+                    && data.as_object().is_some_and(|d| d.len() == 2)
+            });
+            match text {
+                Some(t) => in_feed.entry(t).or_default().push((s, e)),
+                None => {
+                    let d = format!(
+                        "event {s} of type {RAW_TYPE} is not the exact text of a body sent: {}",
+                        excerpt(&e.to_string())
+                    );
+                    self.push("body_changed", addr, None, d);
+                }
+            }
+        }
+        for (body, attempts) in sent {
+            let events = in_feed.get(body).map_or(&[][..], |v| v);
+            let name = match &h.ops[attempts[0]].kind {
+                OpKind::DeliverRaw {
+                    idempotency_key, ..
+                } => idempotency_key.as_str(),
+                _ => "?",
+            };
+            let ok: Vec<usize> = attempts
+                .iter()
+                .copied()
+                .filter(|&i| h.ops[i].outcome.is(202) || h.ops[i].outcome.is(200))
+                .collect();
+            let accepted = ok.iter().filter(|&&i| h.ops[i].outcome.is(202)).count();
+            if accepted > 1 {
+                let d = format!("{accepted} attempts of lossy delivery {name} answered 202");
+                self.push("duplicate_event", addr, Some(ok[1]), d);
+            }
+            if events.len() > 1 {
+                let seqs: Vec<u64> = events.iter().map(|(s, _)| *s).collect();
+                let d = format!("lossy delivery {name} produced events {seqs:?}");
+                self.push("duplicate_event", addr, None, d);
+            } else if events.is_empty() && !ok.is_empty() {
+                let d = format!(
+                    "lossy delivery {name} was answered 2xx but its exact text is not in the feed"
+                );
+                self.push("lost_write", addr, Some(ok[0]), d);
+            }
+            if let Some((s, e)) = events.first() {
+                for &i in &ok {
+                    let ev = &h.ops[i].outcome.body()["event"];
+                    if ev["sequence"].as_u64() != Some(*s) || ev["id"] != e["id"] {
+                        let d = format!(
+                            "lossy delivery {name} answered {ev} but its event is {} at {s}",
+                            e["id"]
+                        );
+                        self.push("idempotency", addr, Some(i), d);
+                    }
+                }
+            }
+        }
+    }
+
     fn deliveries(&mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>) {
         let h = self.h;
         let addr = Some(a);
@@ -998,6 +1091,7 @@ impl Verifier<'_> {
                 }
             }
         }
+        self.lossy_deliveries(a, ops, feed);
         // quota_exceeded is right only when the feed is really full.
         let max = self.h.limits["max_retained_events"]
             .as_u64()

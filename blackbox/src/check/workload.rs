@@ -23,7 +23,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::history::{OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE};
+use super::history::{
+    lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, LOSSY_BODIES,
+};
 use super::http::{Recorder, Req};
 use super::Config;
 
@@ -386,6 +388,12 @@ impl Ctx {
             .rec
             .send(who, Phase::Workload, Some(a), kind, req.json(&body))
             .await;
+        self.remember_event(a, &o);
+        o
+    }
+
+    /// Keeps the event id a delivery was answered with, for single-event reads.
+    fn remember_event(&self, a: usize, o: &Outcome) {
         if o.is(202) || o.is(200) {
             if let Some(id) = o.body()["event"]["id"].as_str() {
                 let mut slots = Self::lock(&self.slots);
@@ -395,6 +403,24 @@ impl Ctx {
                 }
             }
         }
+    }
+
+    /// Delivers a [`lossy_body`] as `application/json` with an Idempotency-Key.
+    async fn deliver_raw(&self, who: &str, a: usize, key: &str, body: &str) -> Outcome {
+        let ad = self.addr(a);
+        let mut req = Req::new(Method::POST, ad.inbox.clone())
+            .header("idempotency-key", key)
+            .header("content-type", "application/json");
+        req.body = Some(body.as_bytes().to_vec());
+        let kind = OpKind::DeliverRaw {
+            idempotency_key: key.to_owned(),
+            body: body.to_owned(),
+        };
+        let o = self
+            .rec
+            .send(who, Phase::Workload, Some(a), kind, req)
+            .await;
+        self.remember_event(a, &o);
         o
     }
 
@@ -707,8 +733,10 @@ impl Ctx {
                 self.conditional_delete(&who, a, &mut rng).await;
             } else if x < 0.78 {
                 self.idempotent_delivery(&who, a, n, &mut rng).await;
-            } else if x < 0.85 {
+            } else if x < 0.83 {
                 self.plain_delivery(&who, a, n).await;
+            } else if x < 0.85 {
+                self.lossy_delivery(&who, a, n, &mut rng).await;
             } else {
                 self.read(&who, a, &mut rng).await;
             }
@@ -859,6 +887,29 @@ impl Ctx {
         let data = json!({"marker": format!("{:x}-{who}-{n}-plain", self.seed), "client": who});
         let o = self.deliver(who, a, None, &data, false).await;
         if !o.is(202) && !o.is_ambiguous() {
+            self.unreserve(a);
+        }
+        Self::pause(&o).await;
+    }
+
+    /// A body that parsing would change (the poison event nested 125 deep, a repeated key,
+    /// `1E5`), with a fresh Idempotency-Key, retried until its outcome is known: it must read
+    /// back as its exact text (docs/API.md, "Inbox.").
+    async fn lossy_delivery(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
+        if !self.reserve(a) {
+            return;
+        }
+        let key = format!("{:x}-{who}-{n}-lossy", self.seed);
+        let body = lossy_body(rng.gen_range(0..LOSSY_BODIES), &key);
+        let mut o = self.deliver_raw(who, a, &key, &body).await;
+        for _ in 0..80 {
+            if !o.is_ambiguous() {
+                break;
+            }
+            Self::pause(&o).await;
+            o = self.deliver_raw(who, a, &key, &body).await;
+        }
+        if !(o.is(202) || o.is(200) || o.is_ambiguous()) {
             self.unreserve(a);
         }
         Self::pause(&o).await;

@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
+use crate::domain::envelope;
 use crate::domain::time::format_rfc3339;
 use crate::domain::Limits;
 use crate::store::{AddressRecord, Event, EventRef, StateEntry, Usage};
@@ -12,6 +13,18 @@ use crate::store::{AddressRecord, Event, EventRef, StateEntry, Usage};
 fn raw(text: &str) -> Result<Box<RawValue>, ApiError> {
     RawValue::from_string(text.to_owned())
         .map_err(|e| ApiError::Internal(format!("stored JSON does not parse: {e}")))
+}
+
+/// An event's data as every consumer can read it. Data nesting deeper than the envelope rule
+/// keeps as JSON (a `state.updated` event adds one level to its value) can only come from an
+/// older version of the server; it is shown as text under the envelope rule, so that no stored
+/// event can make a page unreadable (docs/API.md, "Inbox").
+fn readable_data(text: &str) -> Result<Box<RawValue>, ApiError> {
+    if envelope::nesting_exceeds(text.as_bytes(), envelope::MAX_JSON_DEPTH + 1) {
+        let kept = serde_json::json!({"content_type": "application/json", "text": text});
+        return raw(&kept.to_string());
+    }
+    raw(text)
 }
 
 /// An address as shown to its owner.
@@ -157,7 +170,7 @@ impl EventView {
             ingress_surface: e.ingress.as_str().into(),
             received_at: format_rfc3339(e.received_at),
             acknowledged_at: e.acknowledged_at.map(format_rfc3339),
-            data: raw(&e.data)?,
+            data: readable_data(&e.data)?,
             http: match &e.http {
                 Some(h) => Some(raw(h)?),
                 None => None,
@@ -305,5 +318,22 @@ pub(crate) fn limits_view(l: &Limits) -> StateLimitsView {
     StateLimitsView {
         max_keys: l.max_state_keys,
         max_bytes: l.max_state_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_data_too_deep_for_readers_is_shown_as_text() {
+        let deep = format!("{}{}", "[".repeat(125), "]".repeat(125));
+        let shown: serde_json::Value =
+            serde_json::from_str(readable_data(&deep).expect("readable").get()).expect("json");
+        assert_eq!(shown["text"], deep.as_str());
+        assert_eq!(shown["content_type"], "application/json");
+        let limit = envelope::MAX_JSON_DEPTH + 1;
+        let at_limit = format!("{}{}", "[".repeat(limit), "]".repeat(limit));
+        assert_eq!(readable_data(&at_limit).expect("readable").get(), at_limit);
     }
 }

@@ -29,6 +29,10 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// A request feature this server does not implement (a transfer coding other than
+    /// `chunked`: docs/API.md, "Request hygiene").
+    #[error("{0}")]
+    NotSupported(String),
     #[error("idempotency key reused")]
     IdempotencyKeyReused,
     #[error("rate limited")]
@@ -61,6 +65,7 @@ impl ApiError {
             Self::AddressGone => StatusCode::GONE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -80,6 +85,7 @@ impl ApiError {
             Self::AddressGone => "address_gone",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::NotSupported(_) => "not_supported",
             Self::IdempotencyKeyReused => "idempotency_key_reused",
             Self::RateLimited { .. } => "rate_limited",
             Self::Internal(_) => "internal",
@@ -92,7 +98,8 @@ impl ApiError {
             Self::InvalidRequest(m)
             | Self::NotFound(m)
             | Self::PayloadTooLarge(m)
-            | Self::UnsupportedMediaType(m) => m.clone(),
+            | Self::UnsupportedMediaType(m)
+            | Self::NotSupported(m) => m.clone(),
             Self::Unauthorized => {
                 "A valid bearer token for this address is required (Authorization: Bearer <read_token>).".into()
             }

@@ -50,7 +50,9 @@ pub fn client_ip(parts: &Parts) -> String {
 }
 
 /// The public base URL: configured, or derived from the request's Host and
-/// X-Forwarded-Proto headers.
+/// X-Forwarded-Proto headers. The router's hygiene layer has already refused an invalid or
+/// repeated Host and put an absolute-form target's authority in Host (docs/API.md, "Request
+/// hygiene"); the same check here keeps anything else out of the URLs whatever the caller.
 pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     if let Some(u) = &state.config.public_url {
         return u.clone();
@@ -58,12 +60,7 @@ pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .filter(|h| {
-            !h.is_empty()
-                && h.len() <= 255
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b))
-        })
+        .filter(|h| super::hygiene::is_valid_authority(h))
         .unwrap_or("localhost");
     let scheme = match headers
         .get("x-forwarded-proto")

@@ -11,9 +11,11 @@ use tokio::time::Instant;
 
 use super::dto::*;
 use super::extract::*;
+use super::page_budget::Charge;
 use super::{json_response, ApiError, AppState};
 use crate::domain::envelope;
-use crate::domain::state::{entry_size, validate_key};
+use crate::domain::label::validate_label;
+use crate::domain::state::{entry_size, validate_key, validate_value};
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
@@ -65,6 +67,12 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
     };
     let name = optional_string(&fields, "name", 200)?;
     let task_id = optional_string(&fields, "task_id", 200)?;
+    // No control or bidirectional formatting characters (docs/API.md, "Create.").
+    for (field, value) in [("name", &name), ("task_id", &task_id)] {
+        if let Some(v) = value {
+            validate_label(field, v).map_err(|e| ApiError::invalid(format!("{e}.")))?;
+        }
+    }
     let expires_in = optional_integer(&fields, "expires_in_seconds", 60..=31_536_000)?;
 
     let id = ids::new_address_id();
@@ -300,47 +308,69 @@ pub async fn list_events(
     // it needs for its whole wait (the header map alone is about half a kilobyte).
     drop((headers, uri));
     let deadline = arrived + q.wait;
-    let page = long_poll(&state, &address_id, &q, deadline).await?;
+    let (page, charge) = long_poll(&state, &address_id, &q, deadline).await?;
     let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
     let events = page
         .events
         .iter()
         .map(EventView::from_event)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(json_response(
+    let view = EventPageView {
+        events,
+        next_cursor,
+        has_more: page.has_more,
+    };
+    let Some(charge) = charge else {
+        return Ok(json_response(StatusCode::OK, &view));
+    };
+    let encoded = serde_json::to_vec(&view)
+        .map_err(|e| ApiError::Internal(format!("cannot encode a page: {e}")))?;
+    drop((view, page));
+    Ok((
         StatusCode::OK,
-        &EventPageView {
-            events,
-            next_cursor,
-            has_more: page.has_more,
-        },
-    ))
+        [(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static(super::JSON_CONTENT_TYPE),
+        )],
+        Body::from(charge.into_body(encoded)),
+    )
+        .into_response())
 }
 
 /// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,
-/// re-checks the last sequence with backoff) until `deadline` or shutdown.
+/// re-checks the last sequence with backoff) until `deadline` or shutdown. With a page budget
+/// (`serve`), each read is cut at the budget's free share, which the returned charge holds;
+/// a waiting poll holds none.
 async fn long_poll(
     state: &AppState,
     address_id: &str,
     q: &FeedQuery,
     deadline: Instant,
-) -> Result<crate::store::EventPage, ApiError> {
+) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
     let store = &state.store;
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
     let mut shutdown = state.shutdown.clone();
     let mut backoff = POLL_BACKOFF_START;
     loop {
+        let charge = state
+            .page_budget
+            .as_ref()
+            .map(|b| b.reserve(PAGE_MAX_BYTES));
         let page = store
             .read_events(
                 address_id,
                 q.after,
                 q.limit,
-                PAGE_MAX_BYTES,
+                charge.as_ref().map_or(PAGE_MAX_BYTES, Charge::bytes),
                 state.clock.now(),
             )
             .await?;
-        if !page.events.is_empty() || Instant::now() >= deadline || *shutdown.borrow() {
-            return Ok(page);
+        if !page.events.is_empty() {
+            return Ok((page, charge));
+        }
+        drop(charge);
+        if Instant::now() >= deadline || *shutdown.borrow() {
+            return Ok((page, None));
         }
         match &mut wakeups {
             Some(rx) => {
@@ -361,7 +391,7 @@ async fn long_poll(
                     // Nothing was there at the last check: answer the empty page without
                     // reading again (the client's next poll, from the same cursor, sees
                     // anything that arrived since). Liveness was checked by that check.
-                    return Ok(page);
+                    return Ok((page, None));
                 }
                 if store.feed_head_hint(address_id, state.clock.now()).await? > q.after {
                     break;
@@ -539,6 +569,9 @@ pub async fn put_state(
     let value = fields
         .remove("value")
         .ok_or_else(|| ApiError::invalid("The body must have a `value` field (any JSON)."))?;
+    // At most MAX_JSON_DEPTH levels, so its state.updated event reads back everywhere
+    // (docs/API.md, "State.").
+    validate_value(&value).map_err(|e| ApiError::invalid(format!("{e}.")))?;
     let from_body = optional_integer(&fields, "if_revision", 0..=i64::MAX as u64)?;
     let expected = expected_revision(&headers, from_body)?;
     let compact = serde_json::to_string(&value)

@@ -6,8 +6,10 @@ pub mod dto;
 pub mod error;
 pub mod extract;
 mod handlers;
+pub mod hygiene;
 pub mod mcp;
 pub mod openapi;
+pub mod page_budget;
 mod request_log;
 
 use std::sync::Arc;
@@ -52,6 +54,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// Turns `true` when the server is shutting down: waiting long polls answer at once.
     pub shutdown: watch::Receiver<bool>,
+    /// The memory shared by pages of events in flight (`serve`); none on Lambda.
+    pub page_budget: Option<Arc<page_budget::PageBudget>>,
 }
 
 impl AppState {
@@ -64,6 +68,7 @@ impl AppState {
             config: Arc::new(config),
             clock: Arc::new(SystemClock),
             shutdown: rx,
+            page_budget: None,
         }
     }
 
@@ -74,6 +79,11 @@ impl AppState {
 
     pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
         self.shutdown = shutdown;
+        self
+    }
+
+    pub fn with_page_budget(mut self, budget: Arc<page_budget::PageBudget>) -> Self {
+        self.page_budget = Some(budget);
         self
     }
 }
@@ -206,7 +216,9 @@ pub fn router(state: AppState) -> Router {
     router_for(&RouteGroup::ALL, state)
 }
 
-/// The routes of `groups`, with the JSON 404/405 answers, panic catching and request logs.
+/// The routes of `groups`, with the JSON 404/405 answers, the request-level checks of
+/// [`hygiene`] (Host, Transfer-Encoding, repeated headers: docs/API.md, "Request hygiene"),
+/// panic catching and request logs.
 pub fn router_for(groups: &[RouteGroup], state: AppState) -> Router {
     let mut app = Router::new();
     for g in groups {
@@ -214,6 +226,7 @@ pub fn router_for(groups: &[RouteGroup], state: AppState) -> Router {
     }
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(hygiene::HygieneLayer)
         .layer(request_log::RequestLogLayer)
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(on_panic))
         .with_state(state)

@@ -3,6 +3,7 @@
 
 pub mod envelope;
 pub mod ids;
+pub mod label;
 pub mod limits;
 pub mod state;
 pub mod time;

@@ -145,6 +145,11 @@ fn sql_err(e: rusqlite::Error) -> StoreError {
         Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked) => {
             StoreError::Unavailable(e.to_string())
         }
+        // Out of file descriptors (or memory): a passing condition of the process, not a bug,
+        // so 503 with Retry-After rather than 500.
+        Some(rusqlite::ErrorCode::CannotOpen) | Some(rusqlite::ErrorCode::OutOfMemory) => {
+            StoreError::Unavailable(e.to_string())
+        }
         _ => StoreError::Internal(e.to_string()),
     }
 }
@@ -221,10 +226,20 @@ impl SqliteStore {
             Synchronous::Normal => "NORMAL",
         };
         conn.execute_batch(&format!(
-            "PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; PRAGMA foreign_keys=OFF;"
+            "PRAGMA synchronous={sync}; PRAGMA busy_timeout=5000; PRAGMA foreign_keys=OFF; \
+             PRAGMA temp_store=MEMORY;"
         ))
         .map_err(sql_err)?;
         migrate(&mut conn)?;
+        // Every reader connection is opened now, so that no request ever needs a new file
+        // descriptor from the store: under descriptor pressure (many client connections) a
+        // request is refused at the door, never failed half-way by SQLite.
+        let readers = match &path {
+            Some(path) => (0..MAX_READERS)
+                .map(|_| open_reader(path))
+                .collect::<StoreResult<Vec<_>>>()?,
+            None => Vec::new(),
+        };
         let (tx, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
@@ -234,7 +249,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 writer: Mutex::new(tx),
                 path,
-                readers: Mutex::new(Vec::new()),
+                readers: Mutex::new(readers),
                 reader_slots: Arc::new(tokio::sync::Semaphore::new(MAX_READERS)),
                 signal: FeedSignal::default(),
                 wakeups: options.wakeups,
@@ -346,7 +361,7 @@ fn open_reader(path: &Path) -> StoreResult<Connection> {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(sql_err)?;
-    conn.execute_batch("PRAGMA busy_timeout=5000;")
+    conn.execute_batch("PRAGMA busy_timeout=5000; PRAGMA temp_store=MEMORY;")
         .map_err(sql_err)?;
     Ok(conn)
 }

@@ -5,7 +5,9 @@
 use serde_json::{json, Value};
 
 use super::verify;
-use crate::check::history::{Anomaly, History, Op, OpKind, Outcome, Phase};
+use crate::check::history::{
+    lossy_body, Anomaly, History, Op, OpKind, Outcome, Phase, LOSSY_BODIES,
+};
 
 const T: &str = "2026-11-30T11:04:10.123Z";
 const T2: &str = "2026-11-30T11:04:11.456Z";
@@ -575,4 +577,79 @@ fn acks_must_keep_their_first_time() {
         ),
     );
     assert_reports(&b.h, "ack_mismatch");
+}
+
+/// An `http.request` event holding `data`.
+fn raw_event(seq: u64, data: Value) -> Value {
+    json!({"id": format!("evt_{seq}"), "sequence": seq, "type": "http.request", "source": null,
+           "ingress_surface": "http", "received_at": T, "acknowledged_at": null, "data": data,
+           "http": {"content_type": "application/json", "headers": {}}})
+}
+
+/// The consistent history plus a lossy delivery answered `outcome`, its event read back as
+/// `event` (none: not in the feed).
+fn with_lossy(kind: usize, outcome: Outcome, event: Option<Value>) -> Vec<Anomaly> {
+    let mut b = consistent();
+    let last = b.h.ops.len();
+    b.h.ops.truncate(last - 4);
+    b.w(
+        OpKind::DeliverRaw {
+            idempotency_key: "r1".into(),
+            body: lossy_body(kind, "r1"),
+        },
+        outcome,
+    );
+    let n = u64::from(event.is_some());
+    b.poll(0, 5, event.into_iter().collect());
+    b.finals(5 + n, &[("counter-0", 2, json!(2))], &["reg-0"]);
+    verify(&b.h)
+}
+
+#[test]
+fn lossy_bodies_read_back_as_their_exact_text() {
+    for kind in 0..LOSSY_BODIES {
+        let body = lossy_body(kind, "r1");
+        let exact = json!({"content_type": "application/json", "text": body});
+        let found = with_lossy(kind, accepted(6, false), Some(raw_event(6, exact.clone())));
+        assert_eq!(found, Vec::<Anomaly>::new(), "kind {kind}");
+        // A duplicate answer naming the same event is fine too.
+        let found = with_lossy(kind, accepted(6, true), Some(raw_event(6, exact)));
+        assert_eq!(found, Vec::<Anomaly>::new(), "kind {kind}");
+    }
+}
+
+#[test]
+fn a_lossy_body_kept_as_json_or_changed_is_reported() {
+    for kind in 0..LOSSY_BODIES {
+        let body = lossy_body(kind, "r1");
+        let parsed: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert!(!parsed.is_null(), "kind {kind} parses");
+        // Re-encoded (a repeated key or `1E5` changes), or any other text than the body.
+        let compact = parsed.to_string();
+        let other = json!({"content_type": "application/json", "text": format!("{body}\n")});
+        let wrong_type = json!({"content_type": "text/plain", "text": body});
+        let mut cases = vec![parsed, other, wrong_type];
+        if compact != body {
+            cases.push(json!({"content_type": "application/json", "text": compact}));
+        }
+        for data in cases {
+            let found = with_lossy(kind, accepted(6, false), Some(raw_event(6, data)));
+            let k = kinds(&found);
+            assert!(k.contains(&"body_changed"), "kind {kind}: {found:?}");
+            assert!(k.contains(&"lost_write"), "kind {kind}: {found:?}");
+        }
+    }
+}
+
+#[test]
+fn a_lossy_delivery_answered_but_missing_or_misnamed_is_reported() {
+    let found = with_lossy(0, accepted(6, false), None);
+    assert!(kinds(&found).contains(&"lost_write"), "{found:?}");
+    let exact = json!({"content_type": "application/json", "text": lossy_body(1, "r1")});
+    let misnamed = Outcome::json(
+        202,
+        json!({"duplicate": false, "event": {"id": "evt_9", "sequence": 6}}),
+    );
+    let found = with_lossy(1, misnamed, Some(raw_event(6, exact)));
+    assert!(kinds(&found).contains(&"idempotency"), "{found:?}");
 }
