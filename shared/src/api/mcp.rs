@@ -423,7 +423,7 @@ const INSTRUCTIONS: &str = "agentaddress gives a task a durable return address: 
 const ADDRESS_ID: &str = "The address id (`address.id`, `addr_…`) from create_return_address.";
 const READ_TOKEN: &str = "The address's read token (`credentials.read_token`, `aat_…`), \
     shown once by create_return_address. Secret: never share it.";
-const KEY: &str = "A state key: 1 to 128 letters, digits and `. _ : -`.";
+const KEY: &str = "A state key: 1 to 128 letters, digits and `. _ : -`, not only dots.";
 const IF_REVISION: &str = "Compare-and-set: 0 = only if the key does not exist (create only), \
     N = only if the key's current revision is N. Absent = unconditional. A mismatch is the \
     error revision_conflict, with error.current_revision (null when the key does not exist).";

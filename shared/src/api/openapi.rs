@@ -99,7 +99,7 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
     ),
     (
         "key",
-        "A state key: 1 to 128 letters, digits and `. _ : -`.",
+        "A state key: 1 to 128 letters, digits and `. _ : -`, not only dots.",
         "^[A-Za-z0-9._:-]{1,128}$",
     ),
     (
