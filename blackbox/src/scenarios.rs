@@ -1,5 +1,5 @@
 //! The scenarios. Each takes a [`Client`] for the deployment under test and panics on the first
-//! violation of SPEC.md.
+//! violation of docs/API.md.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -338,8 +338,8 @@ pub async fn agent_life(c: &Client) {
         .expect_status(200, "other addresses are untouched");
 }
 
-/// Limits of SPEC §6 and §7 as the server reports them: inbox size, state keys and bytes, a
-/// value that can never fit, the feed quota, and the poll rate limit.
+/// Limits of docs/API.md §6 and §7 as the server reports them: inbox size, state keys and
+/// bytes, a value that can never fit, the feed quota, and the poll rate limit.
 pub async fn limits(c: &Client) {
     let a = c.new_address().await;
     let limits = c.limits(&a).await;
@@ -497,7 +497,7 @@ pub async fn limits(c: &Client) {
         .expect_error(409, "quota_exceeded", "acking does not free quota");
 
     // Polls per address per minute. The limit is a fixed window of one wall-clock minute
-    // (SPEC: "per minute"), so an attempt that straddles a minute boundary counts in two
+    // (docs/API.md §6: "per minute"), so an attempt that straddles a minute boundary counts in two
     // windows and proves nothing: it is retried with a fresh address, up to three times.
     let mut attempt = 0;
     let (p, i, r) = loop {

@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentaddress_shared::config::{AwsConfig, ServiceConfig};
-use agentaddress_shared::domain::{Clock, SystemClock};
-use agentaddress_shared::store::dynamodb::handle_purge_message;
+use agentaddress_api::config::ServiceConfig;
+use agentaddress_core::domain::{Clock, SystemClock};
+use agentaddress_dynamodb::handle_purge_message;
+use agentaddress_dynamodb::AwsConfig;
 
 /// Purge steps per message before it is sent again (as the Lambda does).
 const STEPS_PER_MESSAGE: usize = 8;

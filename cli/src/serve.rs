@@ -6,12 +6,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentaddress_shared::api::page_budget::PageBudget;
-use agentaddress_shared::api::{self, ApiConfig, AppState};
-use agentaddress_shared::config::ServiceConfig;
-use agentaddress_shared::domain::{Clock, SystemClock};
-use agentaddress_shared::store::sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
-use agentaddress_shared::store::Store;
+use agentaddress_api::config::ServiceConfig;
+use agentaddress_api::page_budget::PageBudget;
+use agentaddress_api::telemetry::{self, LogFormat};
+use agentaddress_api::{ApiConfig, AppState};
+use agentaddress_core::domain::{Clock, SystemClock};
+use agentaddress_core::store::Store;
+use agentaddress_sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
 
 use crate::transport;
 use tokio::sync::watch;
@@ -101,48 +102,13 @@ pub struct ServeArgs {
     service: ServiceConfig,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 /// Text logs on stderr, filtered by `RUST_LOG` (default `info`).
 pub fn init_tracing_text() {
-    init_tracing(LogFormat::Text);
-}
-
-fn init_tracing(format: LogFormat) {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // rmcp logs MCP messages, read tokens included, at debug level: capped whatever RUST_LOG says.
-    if let Ok(cap) = agentaddress_shared::api::mcp::LOG_DIRECTIVE.parse() {
-        filter = filter.add_directive(cap);
-    }
-    use tracing_subscriber::prelude::*;
-    let cap = tracing_subscriber::filter::filter_fn(agentaddress_shared::api::mcp::log_allowed);
-    let registry = tracing_subscriber::registry().with(filter);
-    match format {
-        LogFormat::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
-                    .with_filter(cap),
-            )
-            .init(),
-        LogFormat::Json => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .json()
-                    .with_writer(std::io::stderr)
-                    .with_filter(cap),
-            )
-            .init(),
-    }
+    telemetry::init(LogFormat::Text);
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
-    init_tracing(args.log_format);
+    telemetry::init(args.log_format);
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
@@ -181,7 +147,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024));
     // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
     // them apart by the connection preface.
-    let app = api::router(state).layer(crate::transport::PerVersionLayer);
+    let app = agentaddress_mcp::router(state).layer(crate::transport::PerVersionLayer);
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

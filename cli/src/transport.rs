@@ -16,7 +16,7 @@
 //! has passed, ends it with a 408 `request_timeout`. Once writing an answer has had to wait for
 //! the client, the answer must be handed to the kernel within `write_timeout` or the connection
 //! is dropped. A request in flight (a long poll) is never timed out here: the handler bounds
-//! it. Page memory is bounded separately (`agentaddress_shared::api::page_budget`).
+//! it. Page memory is bounded separately (`agentaddress_api::page_budget`).
 //!
 //! **HTTP/2** carries the host in the `:authority` pseudo-header, which hyper puts in the
 //! request's URI, not in a `Host` header. The API builds its absolute URLs (`inbox_url`,
@@ -54,7 +54,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use agentaddress_shared::api::hygiene::SocketRequest;
+use agentaddress_api::hygiene::SocketRequest;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::Request;

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Instant;
 
+use agentaddress_api::RouteGroup;
 use agentaddress_blackbox::Client;
-use agentaddress_shared::api::RouteGroup;
 use tokio::process::{Child, Command};
 
 /// Test cases per operation and phase: ~1,000 requests in all, about a minute here.

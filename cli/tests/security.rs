@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentaddress_blackbox::{Address, Client, Resp};
-use agentaddress_shared::domain::ids;
+use agentaddress_core::domain::ids;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;

@@ -14,7 +14,7 @@ use clap::Parser;
 /// throttling errors) and drops responses after forwarding (the write applied, the caller sees
 /// its connection closed). GET /__faultproxy/stats answers the counters as JSON;
 /// POST /__faultproxy/config {"fail_rate", "drop_rate", "seed", "rules"} changes them.
-#[derive(Parser)]
+#[derive(Debug, Parser)]
 #[command(name = "agentaddress-faultproxy", version)]
 struct Args {
     /// Address to listen on (port 0: any free port).
@@ -100,4 +100,64 @@ async fn wait_for_signal() -> std::io::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_documented_invocations_parse() {
+        // scripts/lambda-local --faults' invocation.
+        let a = Args::try_parse_from([
+            "agentaddress-faultproxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:8000",
+            "--fail-rate",
+            "0.05",
+            "--drop-rate",
+            "0.02",
+            "--seed",
+            "7",
+        ])
+        .expect("lambda-local's invocation");
+        assert_eq!(a.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!(a.upstream, "http://127.0.0.1:8000");
+        assert_eq!((a.fail_rate, a.drop_rate, a.seed), (0.05, 0.02, Some(7)));
+        let a = Args::try_parse_from(["x", "--upstream=http://127.0.0.1:8000"]).expect("defaults");
+        assert_eq!(a.listen, SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!((a.fail_rate, a.drop_rate, a.seed), (0.0, 0.0, None));
+    }
+
+    #[test]
+    fn a_mistyped_flag_or_value_is_an_error() {
+        for argv in [
+            &[
+                "x",
+                "--upstream",
+                "http://127.0.0.1:8000",
+                "--fail_rate",
+                "0.1",
+            ][..],
+            &[
+                "x",
+                "--upstream",
+                "http://127.0.0.1:8000",
+                "--listen",
+                "localhost",
+            ][..],
+            &["x", "--listen", "127.0.0.1:0"][..],
+        ] {
+            let e = Args::try_parse_from(argv).expect_err("must not parse");
+            assert_eq!(e.exit_code(), 2, "{argv:?}: {e}");
+        }
+    }
 }

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use agentaddress_shared::api::{self, ApiConfig, AppState, ClientIp, RouteGroup};
-use agentaddress_shared::config::{AwsConfig, ServiceConfig};
-use agentaddress_shared::domain::{Clock, SystemClock};
-use agentaddress_shared::store::dynamodb::{handle_purge_message, DynamoStore};
+use agentaddress_api::config::ServiceConfig;
+use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, RouteGroup};
+use agentaddress_core::domain::{Clock, SystemClock};
+use agentaddress_dynamodb::AwsConfig;
+use agentaddress_dynamodb::{handle_purge_message, DynamoStore};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
@@ -16,36 +17,10 @@ use lambda_runtime::LambdaEvent;
 
 pub type Error = lambda_http::Error;
 
-/// What may reach the log whatever `RUST_LOG` says: nothing below WARN from rmcp (it logs
-/// tool arguments, read tokens included, at debug), and nothing at TRACE from the Lambda
-/// runtime (it logs each raw invocation event — headers with the bearer token, the inbox
-/// URL's secret, bodies — at trace).
-fn log_allowed(meta: &tracing::Metadata<'_>) -> bool {
-    let target = meta.target();
-    let from_runtime = target == "lambda_runtime" || target.starts_with("lambda_runtime::");
-    api::mcp::log_allowed(meta) && !(from_runtime && *meta.level() == tracing::Level::TRACE)
-}
-
-/// Logs as JSON lines (CloudWatch), filtered by `RUST_LOG` (default `info`), secrets capped
-/// by [`log_allowed`].
+/// Logs as JSON lines (CloudWatch), filtered by `RUST_LOG` (default `info`), with the secrets
+/// caps of `agentaddress_api::telemetry`.
 pub fn init_tracing() {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // rmcp logs MCP messages, read tokens included, at debug level: capped whatever RUST_LOG says.
-    if let Ok(cap) = api::mcp::LOG_DIRECTIVE.parse() {
-        filter = filter.add_directive(cap);
-    }
-    use tracing_subscriber::prelude::*;
-    let _ = tracing_subscriber::registry()
-        .with(filter)
-        .with(
-            tracing_subscriber::fmt::layer()
-                .json()
-                .without_time()
-                .with_current_span(false)
-                .with_filter(tracing_subscriber::filter::filter_fn(log_allowed)),
-        )
-        .try_init();
+    api::telemetry::init(api::telemetry::LogFormat::Lambda);
 }
 
 async fn store(service: &ServiceConfig) -> Result<DynamoStore, Error> {
@@ -55,11 +30,17 @@ async fn store(service: &ServiceConfig) -> Result<DynamoStore, Error> {
 
 /// Serves `groups` of the API as this Lambda function.
 pub async fn run_http(groups: &[RouteGroup]) -> Result<(), Error> {
+    run_http_with(groups, None).await
+}
+
+/// [`run_http`], with what serves the MCP group (only the `mcp` function passes it, so only
+/// that binary links the MCP SDK).
+pub async fn run_http_with(groups: &[RouteGroup], mcp: Option<api::McpRoute>) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let store = store(&service).await?;
     let state = AppState::new(Arc::new(store), ApiConfig::from(&service));
-    let router = api::router_for(groups, state);
+    let router = api::router_with(groups, state, mcp);
     let app = tower::ServiceBuilder::new()
         .map_request(|mut req: lambda_http::Request| {
             let ip = match req.request_context_ref() {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use agentaddress_shared::api::RouteGroup;
+use agentaddress_api::RouteGroup;
 use serde_norway::Value;
 
 fn root() -> PathBuf {

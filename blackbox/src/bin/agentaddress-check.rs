@@ -71,3 +71,55 @@ async fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_documented_invocations_parse() {
+        // The README's invocation.
+        let a = Args::try_parse_from([
+            "agentaddress-check",
+            "--url",
+            "http://127.0.0.1:8080",
+            "--ops",
+            "20000",
+            "--clients",
+            "16",
+            "--seed",
+            "42",
+        ])
+        .expect("the README's invocation");
+        assert_eq!(a.url, "http://127.0.0.1:8080");
+        assert_eq!((a.ops, a.clients, a.seed), (20_000, 16, Some(42)));
+        let a = Args::try_parse_from([
+            "agentaddress-check",
+            "--url=http://127.0.0.1:9000",
+            "--poll-wait=0.5",
+            "--quiet",
+        ])
+        .expect("--flag=value");
+        assert_eq!((a.ops, a.clients, a.seed), (20_000, 16, None));
+        assert!(a.quiet && a.poll_wait == 0.5);
+    }
+
+    #[test]
+    fn a_mistyped_flag_or_value_is_an_error() {
+        for argv in [
+            &["x", "--url", "http://127.0.0.1:8080", "--op", "10"][..],
+            &["x", "--url", "http://127.0.0.1:8080", "--clients", "0"][..],
+            &["x", "--url", "http://127.0.0.1:8080", "--seed", "s"][..],
+            &["x", "--url", "http://127.0.0.1:8080", "extra"][..],
+        ] {
+            let e = Args::try_parse_from(argv).expect_err("must not parse");
+            assert_eq!(e.exit_code(), 2, "{argv:?}: {e}");
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! back, and hands the history to the pure [`verify`], which lists the [`Anomaly`]s: lost
 //! updates, writes answered 2xx that are not in the feed, events no request made, consumer gaps
 //! or duplicates, more than one event per Idempotency-Key, stale reads, 5xx answers other than
-//! 503 `unavailable`, and any answer SPEC.md does not allow for its request. A 429 is a correct
+//! 503 `unavailable`, and any answer docs/API.md does not allow for its request. A 429 is a correct
 //! answer, honoured with its `Retry-After`; an unanswered request or a 503 is an unknown outcome
 //! that may or may not have been applied.
 

@@ -1,7 +1,7 @@
 //! The pure verification step: a [`History`] in, the anomalies it proves out.
 //!
 //! Every request is checked twice: on its own (status, error code and body shape must be what
-//! SPEC.md allows for that request) and against the feed. The feed of each address is assembled
+//! docs/API.md allows for that request) and against the feed. The feed of each address is assembled
 //! from everything the consumers (and single-event reads) saw; then:
 //! - each consumer saw 1..=L exactly once, in order, with `after = next_cursor` chained
 //!   (L = the address's final `usage.last_sequence`); one sequence is one event everywhere;
@@ -75,7 +75,7 @@ fn compact_len(v: &Value) -> u64 {
     serde_json::to_string(v).map_or(0, |s| s.len() as u64)
 }
 
-/// The size SPEC §7 gives a key: key bytes + compact JSON of the value + 64.
+/// The size docs/API.md §7 gives a key: key bytes + compact JSON of the value + 64.
 fn entry_size(key: &str, value: &Value) -> u64 {
     key.len() as u64 + compact_len(value) + 64
 }
@@ -285,7 +285,7 @@ impl Verifier<'_> {
         }
     }
 
-    /// Whether `status`/`body` is an answer SPEC.md allows for this request.
+    /// Whether `status`/`body` is an answer docs/API.md allows for this request.
     fn expected(&self, op: &Op, status: u16, body: &Value) -> Result<(), String> {
         let code = body["error"]["code"].as_str().unwrap_or("");
         if status >= 400
@@ -526,7 +526,7 @@ impl Verifier<'_> {
             (OpKind::ReadEvent { .. } | OpKind::Ack { .. }, 404) if code == "not_found" => {
                 Ok(()) // checked against the feed in the address pass
             }
-            _ => Err("not an answer SPEC.md allows for this request".into()),
+            _ => Err("not an answer the API contract allows for this request".into()),
         }
     }
 

@@ -11,15 +11,39 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentaddress_shared::api::{self, ApiConfig, AppState};
-use agentaddress_shared::config::{AwsConfig, ServiceConfig};
-use agentaddress_shared::store::dynamodb::{CapacityUsage, DynamoStore};
+use agentaddress_api::config::ServiceConfig;
+use agentaddress_api::{self as api, ApiConfig, AppState};
+use agentaddress_dynamodb::AwsConfig;
+use agentaddress_dynamodb::{CapacityUsage, DynamoStore};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
+use clap::Parser;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
+
+/// Measures what each API operation costs on DynamoDB: requests sent and capacity units
+/// consumed (`ReturnConsumedCapacity=TOTAL`), by driving the real router in-process over the
+/// real `DynamoStore`, then the query loop's delivery delay. Point it at DynamoDB Local (or a
+/// real table) with the SDK's variables and the functions' (`AGENTADDRESS_TABLE=…
+/// AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000`); `scripts/costs` does all of that.
+/// Prints a Markdown table.
+#[derive(Debug, Parser)]
+#[command(name = "agentaddress-costs", version)]
+struct Args {
+    /// `wait` seconds of the measured idle long poll.
+    #[arg(long, value_name = "SECONDS", default_value_t = 25)]
+    idle_seconds: u64,
+    /// Delivery-delay samples of an event arriving in the first 2 s of a poll (a conversation
+    /// in progress; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 40)]
+    conversation_samples: usize,
+    /// Delivery-delay samples of an event arriving at any moment of a 25 s poll (an idle
+    /// address; 0: none).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    idle_samples: usize,
+}
 
 struct Bench {
     app: Router,
@@ -115,22 +139,11 @@ fn row(what: &str, u: CapacityUsage, d: Duration) {
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let idle: u64 = args
-        .iter()
-        .position(|a| a == "--idle-seconds")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(25);
-    let count = |name: &str, default: usize| -> usize {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let conversation_samples = count("--conversation-samples", 40);
-    let idle_samples = count("--idle-samples", 0);
+    let Args {
+        idle_seconds: idle,
+        conversation_samples,
+        idle_samples,
+    } = Args::parse();
     let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let store = aws.store(service.tombstone_seconds).await;
@@ -304,5 +317,56 @@ async fn main() {
             pct(0.99),
             pct(1.0)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn the_documented_invocations_parse() {
+        let a = Args::try_parse_from(["agentaddress-costs"]).expect("defaults");
+        assert_eq!(
+            (a.idle_seconds, a.conversation_samples, a.idle_samples),
+            (25, 40, 0)
+        );
+        // scripts/bench-lambda's invocation (through scripts/costs).
+        let a = Args::try_parse_from([
+            "agentaddress-costs",
+            "--idle-seconds",
+            "25",
+            "--conversation-samples",
+            "40",
+            "--idle-samples",
+            "12",
+        ])
+        .expect("bench-lambda's invocation");
+        assert_eq!(
+            (a.idle_seconds, a.conversation_samples, a.idle_samples),
+            (25, 40, 12)
+        );
+        let a =
+            Args::try_parse_from(["agentaddress-costs", "--idle-seconds=5"]).expect("--flag=value");
+        assert_eq!(a.idle_seconds, 5);
+    }
+
+    #[test]
+    fn a_mistyped_flag_or_value_is_an_error() {
+        for argv in [
+            &["agentaddress-costs", "--idle-sample", "12"][..],
+            &["agentaddress-costs", "--idle-seconds", "-1"][..],
+            &["agentaddress-costs", "--conversation-samples", "many"][..],
+            &["agentaddress-costs", "25"][..],
+        ] {
+            let e = Args::try_parse_from(argv).expect_err("must not parse");
+            assert_eq!(e.exit_code(), 2, "{argv:?}: {e}");
+        }
     }
 }

@@ -1,5 +1,6 @@
-//! Errors of the command-line client: the SPEC's error codes (passed through from the server)
-//! and the client's own, each with an exit code; printed as JSON on stderr.
+//! Errors of the command-line client: the contract's error codes (docs/API.md §9), passed
+//! through from the server, and the client's own, each with an exit code; printed as JSON on
+//! stderr.
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentaddress_shared::domain::ids::is_valid_id;
-use agentaddress_shared::domain::state::validate_key;
+use agentaddress_core::domain::ids::is_valid_id;
+use agentaddress_core::domain::state::validate_key;
 use reqwest::Method;
 use serde_json::{json, Map, Value};
 

@@ -1,7 +1,7 @@
 //! Lambda function `address`: the Address routes of the API.
 #![forbid(unsafe_code)]
 
-use agentaddress_shared::api::RouteGroup;
+use agentaddress_api::RouteGroup;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {

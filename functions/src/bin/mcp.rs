@@ -3,9 +3,9 @@
 //! permissions of create-address, events and state together.
 #![forbid(unsafe_code)]
 
-use agentaddress_shared::api::RouteGroup;
+use agentaddress_api::RouteGroup;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&[RouteGroup::Mcp]).await
+    agentaddress_functions::run_http_with(&[RouteGroup::Mcp], Some(agentaddress_mcp::route)).await
 }

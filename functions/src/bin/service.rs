@@ -4,7 +4,7 @@
 //! reach it.
 #![forbid(unsafe_code)]
 
-use agentaddress_shared::api::RouteGroup;
+use agentaddress_api::RouteGroup;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {

@@ -1,0 +1,170 @@
+//! Configuration, read once at start-up from flags or their `AGENTADDRESS_*` environment
+//! variables. Lambda functions read the same variables with [`ServiceConfig::from_env`].
+//! Bad values fail start-up with a clear message; nothing panics.
+
+use clap::Parser;
+
+use crate::domain::Limits;
+
+/// The settings of the HTTP service that every deployment shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServiceConfig {
+    /// Public base URL used in the links we hand out (e.g. https://agents.example.com).
+    /// Default: derived from each request's Host header and X-Forwarded-Proto.
+    #[arg(long, env = "AGENTADDRESS_PUBLIC_URL", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
+
+    /// Domain of the addresses' email addresses ({address_id}@DOMAIN).
+    #[arg(long, env = "AGENTADDRESS_EMAIL_DOMAIN", default_value = "inbox.localhost", value_parser = parse_domain)]
+    pub email_domain: String,
+
+    /// Largest inbox body accepted, in bytes.
+    #[arg(long, env = "AGENTADDRESS_MAX_INBOX_BYTES", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=64 * 1024 * 1024))]
+    pub max_inbox_bytes: u64,
+
+    /// Events an address retains before writes answer 409 quota_exceeded.
+    #[arg(long, env = "AGENTADDRESS_MAX_RETAINED_EVENTS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_retained_events: u64,
+
+    /// Seconds an event is retained after it was received.
+    #[arg(long, env = "AGENTADDRESS_EVENT_RETENTION_SECONDS", default_value_t = 30 * 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(1..=10 * 365 * 24 * 3600))]
+    pub event_retention_seconds: u64,
+
+    /// State keys per address.
+    #[arg(long, env = "AGENTADDRESS_MAX_STATE_KEYS", default_value_t = 32,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_state_keys: u64,
+
+    /// State bytes per address, 64 bytes of metadata per key included.
+    #[arg(long, env = "AGENTADDRESS_MAX_STATE_BYTES", default_value_t = 65_536,
+          value_parser = clap::value_parser!(u64).range(1..=16 * 1024 * 1024))]
+    pub max_state_bytes: u64,
+
+    /// `GET events` requests per address per minute.
+    #[arg(long, env = "AGENTADDRESS_POLLS_PER_MINUTE", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub polls_per_minute: u64,
+
+    /// Address creations per client IP per minute.
+    #[arg(long, env = "AGENTADDRESS_CREATIONS_PER_MINUTE", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub creations_per_minute: u64,
+
+    /// Longest long-poll wait in seconds (at most 25, so answers leave before 29 s).
+    #[arg(long, env = "AGENTADDRESS_MAX_WAIT_SECONDS", default_value_t = 25,
+          value_parser = clap::value_parser!(u64).range(0..=25))]
+    pub max_wait_seconds: u64,
+
+    /// Seconds a deleted or expired address answers 410 before it is forgotten.
+    #[arg(long, env = "AGENTADDRESS_TOMBSTONE_SECONDS", default_value_t = 30 * 24 * 3600,
+          value_parser = clap::value_parser!(u64).range(0..))]
+    pub tombstone_seconds: u64,
+}
+
+#[derive(Parser)]
+struct EnvOnly {
+    #[command(flatten)]
+    service: ServiceConfig,
+}
+
+impl ServiceConfig {
+    /// Reads the configuration from the environment alone (for Lambda functions).
+    pub fn from_env() -> Result<Self, String> {
+        EnvOnly::try_parse_from(["agentaddress"])
+            .map(|c| c.service)
+            .map_err(|e| e.to_string())
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_inbox_bytes: self.max_inbox_bytes,
+            max_retained_events: self.max_retained_events,
+            event_retention_seconds: self.event_retention_seconds,
+            max_state_keys: self.max_state_keys,
+            max_state_bytes: self.max_state_bytes,
+            polls_per_minute: self.polls_per_minute,
+            creations_per_minute: self.creations_per_minute,
+            max_wait_seconds: self.max_wait_seconds,
+            tombstone_seconds: self.tombstone_seconds,
+        }
+    }
+}
+
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let trimmed = s.trim().trim_end_matches('/');
+    let rest = trimmed
+        .strip_prefix("https://")
+        .or_else(|| trimmed.strip_prefix("http://"))
+        .ok_or("the public URL must start with http:// or https://")?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty() || trimmed.contains(['?', '#', ' ']) {
+        return Err(
+            "the public URL must be like https://host[:port][/prefix], without query".into(),
+        );
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn parse_domain(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if ok {
+        Ok(s.to_ascii_lowercase())
+    } else {
+        Err(format!("{s:?} is not a valid email domain"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_url_is_normalised_or_refused() {
+        assert_eq!(
+            parse_public_url("https://a.example/").as_deref(),
+            Ok("https://a.example")
+        );
+        assert_eq!(
+            parse_public_url("http://127.0.0.1:8080/base").as_deref(),
+            Ok("http://127.0.0.1:8080/base")
+        );
+        assert!(parse_public_url("ftp://x").is_err());
+        assert!(parse_public_url("https://").is_err());
+        assert!(parse_public_url("https://a?b=1").is_err());
+    }
+
+    #[test]
+    fn domains() {
+        assert_eq!(
+            parse_domain("Inbox.Example").as_deref(),
+            Ok("inbox.example")
+        );
+        assert!(parse_domain("bad domain").is_err());
+        assert!(parse_domain("a..b").is_err());
+        assert!(parse_domain("").is_err());
+    }
+
+    #[test]
+    fn defaults_are_the_contracts() {
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            s: ServiceConfig,
+        }
+        let t = T::try_parse_from(["x"]).expect("defaults parse");
+        assert_eq!(t.s.limits(), Limits::default());
+        assert!(T::try_parse_from(["x", "--max-wait-seconds", "26"]).is_err());
+        assert!(T::try_parse_from(["x", "--max-state-keys", "0"]).is_err());
+    }
+}

@@ -1,0 +1,339 @@
+//! Wire shapes of docs/API.md: what handlers serialize, and what `/openapi.json` describes.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+use super::error::ApiError;
+use crate::domain::envelope;
+use crate::domain::time::format_rfc3339;
+use crate::domain::Limits;
+use crate::store::{AddressRecord, Event, EventRef, StateEntry, Usage};
+
+fn raw(text: &str) -> Result<Box<RawValue>, ApiError> {
+    RawValue::from_string(text.to_owned())
+        .map_err(|e| ApiError::Internal(format!("stored JSON does not parse: {e}")))
+}
+
+/// An event's data as every consumer can read it. Data nesting deeper than the envelope rule
+/// keeps as JSON (a `state.updated` event adds one level to its value) can only come from an
+/// older version of the server; it is shown as text under the envelope rule, so that no stored
+/// event can make a page unreadable (docs/API.md, "Inbox").
+fn readable_data(text: &str) -> Result<Box<RawValue>, ApiError> {
+    if envelope::nesting_exceeds(text.as_bytes(), envelope::MAX_JSON_DEPTH + 1) {
+        let kept = serde_json::json!({"content_type": "application/json", "text": text});
+        return raw(&kept.to_string());
+    }
+    raw(text)
+}
+
+/// An address as shown to its owner.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddressView {
+    #[schema(example = "addr_3mJr0VZk2Tq4bQw1xY7aLg")]
+    pub id: String,
+    pub name: Option<String>,
+    pub task_id: Option<String>,
+    pub email: String,
+    /// RFC 3339 UTC with milliseconds.
+    pub created_at: String,
+    /// `null` when the address never expires.
+    pub expires_at: Option<String>,
+}
+
+impl From<&AddressRecord> for AddressView {
+    fn from(a: &AddressRecord) -> Self {
+        Self {
+            id: a.id.clone(),
+            name: a.name.clone(),
+            task_id: a.task_id.clone(),
+            email: a.email.clone(),
+            created_at: format_rfc3339(a.created_at),
+            expires_at: a.expires_at.map(format_rfc3339),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Credentials {
+    /// Shown once, in the creation response only. Send as `Authorization: Bearer <read_token>`.
+    pub read_token: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Endpoints {
+    /// The write capability: anyone holding it can deliver events. Hand it to webhook senders.
+    pub inbox_url: String,
+    pub events_url: String,
+    pub state_url: String,
+}
+
+/// `201` of `POST /api/v1/addresses`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedAddress {
+    pub address: AddressView,
+    pub credentials: Credentials,
+    pub endpoints: Endpoints,
+}
+
+/// Body of `POST /api/v1/addresses` (optional; unknown fields are ignored).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct CreateAddressRequest {
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: Option<String>,
+    #[schema(min_length = 1, max_length = 200)]
+    pub task_id: Option<String>,
+    /// Omit for an address that never expires.
+    #[schema(minimum = 60, maximum = 31536000)]
+    pub expires_in_seconds: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageView {
+    pub last_sequence: u64,
+    pub retained_events: u64,
+    pub state_keys: u64,
+    pub state_bytes: u64,
+}
+
+impl From<Usage> for UsageView {
+    fn from(u: Usage) -> Self {
+        Self {
+            last_sequence: u.last_sequence,
+            retained_events: u.retained_events,
+            state_keys: u.state_keys,
+            state_bytes: u.state_bytes,
+        }
+    }
+}
+
+/// `200` of `GET {root}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AddressDetails {
+    pub address: AddressView,
+    pub usage: UsageView,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventRefView {
+    pub id: String,
+    pub sequence: u64,
+}
+
+impl From<EventRef> for EventRefView {
+    fn from(e: EventRef) -> Self {
+        Self {
+            id: e.id,
+            sequence: e.sequence,
+        }
+    }
+}
+
+/// `202` (first delivery) or `200` (duplicate) of an inbox delivery.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryResult {
+    pub duplicate: bool,
+    pub event: EventRefView,
+}
+
+/// An event of the feed. Its contents come from whoever holds the inbox URL: untrusted data.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventView {
+    pub id: String,
+    pub sequence: u64,
+    #[serde(rename = "type")]
+    #[schema(rename = "type")]
+    pub event_type: String,
+    pub source: Option<String>,
+    /// `http`, `state` or `email`.
+    pub ingress_surface: String,
+    pub received_at: String,
+    pub acknowledged_at: Option<String>,
+    /// Any JSON value (see the envelope rule).
+    #[schema(value_type = serde_json::Value)]
+    pub data: Box<RawValue>,
+    /// Present for `http` ingress only: `{"content_type", "headers"}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub http: Option<Box<RawValue>>,
+}
+
+impl EventView {
+    pub fn from_event(e: &Event) -> Result<Self, ApiError> {
+        Ok(Self {
+            id: e.id.clone(),
+            sequence: e.sequence,
+            event_type: e.event_type.clone(),
+            source: e.source.clone(),
+            ingress_surface: e.ingress.as_str().into(),
+            received_at: format_rfc3339(e.received_at),
+            acknowledged_at: e.acknowledged_at.map(format_rfc3339),
+            data: readable_data(&e.data)?,
+            http: match &e.http {
+                Some(h) => Some(raw(h)?),
+                None => None,
+            },
+        })
+    }
+}
+
+/// `200` of `GET {root}/events`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventPageView {
+    pub events: Vec<EventView>,
+    /// Pass as `after` to read on: the last sequence returned, or `after` when none was.
+    pub next_cursor: u64,
+    pub has_more: bool,
+}
+
+/// `200` of `GET {root}/events/{event_id}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SingleEvent {
+    pub event: EventView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AckedEventView {
+    pub id: String,
+    pub sequence: u64,
+    pub acknowledged_at: String,
+}
+
+/// `200` of an ack.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AckResult {
+    pub event: AckedEventView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateKeyView {
+    pub key: String,
+    pub revision: u64,
+    pub size: u64,
+    pub updated_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateLimitsView {
+    pub max_keys: u64,
+    pub max_bytes: u64,
+}
+
+/// `200` of `GET {state_url}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateList {
+    pub keys: Vec<StateKeyView>,
+    pub state_bytes: u64,
+    pub state_keys: u64,
+    pub limits: StateLimitsView,
+}
+
+/// `200` of `GET {state_url}/{key}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateValue {
+    pub key: String,
+    /// Any JSON value.
+    #[schema(value_type = serde_json::Value)]
+    pub value: Box<RawValue>,
+    pub revision: u64,
+    pub updated_at: String,
+}
+
+impl StateValue {
+    pub fn from_entry(e: &StateEntry) -> Result<Self, ApiError> {
+        Ok(Self {
+            key: e.key.clone(),
+            value: raw(&e.value)?,
+            revision: e.revision,
+            updated_at: format_rfc3339(e.updated_at),
+        })
+    }
+}
+
+/// Body of `PUT {state_url}/{key}`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PutStateRequest {
+    /// Any JSON value, `null` included.
+    #[schema(value_type = serde_json::Value)]
+    pub value: serde_json::Value,
+    /// 0 = create only; N > 0 = only if the current revision is N; absent = unconditional.
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
+    pub if_revision: Option<u64>,
+}
+
+/// `200` of `PUT {state_url}/{key}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateWriteResult {
+    pub key: String,
+    /// Any JSON value.
+    #[schema(value_type = serde_json::Value)]
+    pub value: Box<RawValue>,
+    pub revision: u64,
+    pub updated_at: String,
+    pub event: EventRefView,
+}
+
+/// `200` of `DELETE {state_url}/{key}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StateDeleteResult {
+    pub key: String,
+    pub deleted: bool,
+    /// The sequence of the `state.deleted` event.
+    pub revision: u64,
+    pub event: EventRefView,
+}
+
+/// `200` of `GET /healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+    /// `sqlite` or `dynamodb`.
+    pub store: String,
+    pub version: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// One of the codes of the catalogue (the API contract, §9).
+    pub code: String,
+    pub message: String,
+    /// With `revision_conflict`: the key's current revision, `null` when it does not exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_revision: Option<u64>,
+    /// With `rate_limited`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
+}
+
+/// Every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+pub(crate) fn limits_view(l: &Limits) -> StateLimitsView {
+    StateLimitsView {
+        max_keys: l.max_state_keys,
+        max_bytes: l.max_state_bytes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_data_too_deep_for_readers_is_shown_as_text() {
+        let deep = format!("{}{}", "[".repeat(125), "]".repeat(125));
+        let shown: serde_json::Value =
+            serde_json::from_str(readable_data(&deep).expect("readable").get()).expect("json");
+        assert_eq!(shown["text"], deep.as_str());
+        assert_eq!(shown["content_type"], "application/json");
+        let limit = envelope::MAX_JSON_DEPTH + 1;
+        let at_limit = format!("{}{}", "[".repeat(limit), "]".repeat(limit));
+        assert_eq!(readable_data(&at_limit).expect("readable").get(), at_limit);
+    }
+}

@@ -1,0 +1,493 @@
+//! Request parsing shared by the handlers: authentication, bodies, JSON, query strings, the
+//! public base URL and the client's IP. Every failure is an [`ApiError`], never a panic.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{ConnectInfo, FromRequestParts};
+use http::request::Parts;
+use http::{header, HeaderMap};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::{Map, Value};
+
+use super::{ApiError, AppState};
+use crate::domain::{envelope::is_json_content_type, ids, Millis};
+use crate::store::AddressRecord;
+
+/// Path parameters, with a JSON 400 instead of axum's plain-text rejection.
+pub struct PathParams<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParams<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathParams(p.0))
+            .map_err(|e| ApiError::invalid(format!("Bad path parameter: {}", e.body_text())))
+    }
+}
+
+/// The IP a request came from, as set by the serving layer (a `ClientIp` extension from the
+/// Lambda adapter, or the socket's peer address).
+#[derive(Debug, Clone)]
+pub struct ClientIp(pub String);
+
+pub fn client_ip(parts: &Parts) -> String {
+    if let Some(ip) = parts.extensions.get::<ClientIp>() {
+        return ip.0.clone();
+    }
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// The public base URL: configured, or derived from the request's Host and
+/// X-Forwarded-Proto headers. The router's hygiene layer has already refused an invalid or
+/// repeated Host and put an absolute-form target's authority in Host (docs/API.md, "Request
+/// hygiene"); the same check here keeps anything else out of the URLs whatever the caller.
+pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
+    if let Some(u) = &state.config.public_url {
+        return u.clone();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| super::hygiene::is_valid_authority(h))
+        .unwrap_or("localhost");
+    let scheme = match headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .map(|s| {
+            s.split(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        }) {
+        Some(s) if s == "https" => "https",
+        _ => "http",
+    };
+    format!("{scheme}://{host}")
+}
+
+/// Checks the bearer token of `address_id`: 401 for a missing or wrong token and for an unknown
+/// address alike; 410 for a deleted or expired address with the right token.
+pub async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    address_id: &str,
+    now: Millis,
+) -> Result<AddressRecord, ApiError> {
+    let token = bearer_token(headers).ok_or(ApiError::Unauthorized)?;
+    if !ids::is_valid_id(address_id) {
+        return Err(ApiError::Unauthorized);
+    }
+    let record = state.store.get_address(address_id, now).await?;
+    let Some(record) = record else {
+        ids::verify_secret(token, DUMMY_HASH);
+        return Err(ApiError::Unauthorized);
+    };
+    if !ids::verify_secret(token, &record.token_hash) {
+        return Err(ApiError::Unauthorized);
+    }
+    if record.is_gone(now) {
+        return Err(ApiError::AddressGone);
+    }
+    Ok(record)
+}
+
+/// Compared against when the address is unknown, so both paths hash and compare.
+const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Refuses a declared Content-Length over `limit` before reading anything.
+pub fn check_content_length(headers: &HeaderMap, limit: u64, what: &str) -> Result<(), ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit => Err(too_large(limit, what)),
+        _ => Ok(()),
+    }
+}
+
+fn too_large(limit: u64, what: &str) -> ApiError {
+    ApiError::PayloadTooLarge(format!(
+        "The {what} is larger than the limit of {limit} bytes."
+    ))
+}
+
+/// Reads the whole body, refusing more than `limit` bytes with 413.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    what: &str,
+) -> Result<Bytes, ApiError> {
+    check_content_length(headers, limit, what)?;
+    let cap = usize::try_from(limit).unwrap_or(usize::MAX);
+    match Limited::new(body, cap).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(too_large(limit, what)),
+        Err(_) => Err(ApiError::invalid("The request body could not be read.")),
+    }
+}
+
+/// A JSON endpoint accepts a JSON content type, or none at all; anything else is 415.
+pub fn require_json_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    match headers.get(header::CONTENT_TYPE) {
+        None => Ok(()),
+        Some(v) => match v.to_str() {
+            Ok(ct) if is_json_content_type(ct) => Ok(()),
+            _ => Err(ApiError::UnsupportedMediaType(
+                "This endpoint takes a JSON body (Content-Type: application/json).".into(),
+            )),
+        },
+    }
+}
+
+/// Parses a body that must be one JSON object.
+pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}.")))?;
+    match value {
+        Value::Object(m) => Ok(m),
+        _ => Err(ApiError::invalid("The body must be a JSON object.")),
+    }
+}
+
+/// An optional string field of 1..=max characters; `null` counts as absent.
+pub fn optional_string(
+    obj: &Map<String, Value>,
+    field: &str,
+    max_chars: usize,
+) -> Result<Option<String>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            let n = s.chars().count();
+            if n == 0 || n > max_chars {
+                Err(ApiError::invalid(format!(
+                    "`{field}` must be 1 to {max_chars} characters long."
+                )))
+            } else {
+                Ok(Some(s.clone()))
+            }
+        }
+        Some(_) => Err(ApiError::invalid(format!("`{field}` must be a string."))),
+    }
+}
+
+/// An optional non-negative integer field within `range`; `null` counts as absent.
+pub fn optional_integer(
+    obj: &Map<String, Value>,
+    field: &str,
+    range: std::ops::RangeInclusive<u64>,
+) -> Result<Option<u64>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match integral(v) {
+            Some(n) if range.contains(&n) => Ok(Some(n)),
+            _ => Err(ApiError::invalid(format!(
+                "`{field}` must be an integer from {} to {}.",
+                range.start(),
+                range.end()
+            ))),
+        },
+    }
+}
+
+/// A JSON number with a non-negative integral value: `60`, and also `60.0`, `6e1` or `0.6e2`,
+/// which JSON (and JSON Schema) count as the same integer. Read exactly from the number's text
+/// (never through a float, which would round `9007199254740993.0`); `60.5`, negative values
+/// and values over `u64::MAX` are `None`.
+fn integral(v: &Value) -> Option<u64> {
+    let n = v.as_number()?;
+    n.as_u64().or_else(|| integral_text(&n.to_string()))
+}
+
+fn integral_text(text: &str) -> Option<u64> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, mantissa),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+        return None;
+    }
+    // value = digits × 10^scale
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let scale = exponent.checked_sub(i64::try_from(frac.len()).ok()?)?;
+    let value = if digits.is_empty() {
+        0
+    } else if scale >= 0 {
+        let power = 10u64.checked_pow(u32::try_from(scale).ok()?)?;
+        digits.parse::<u64>().ok()?.checked_mul(power)?
+    } else {
+        let cut = usize::try_from(scale.unsigned_abs()).ok()?;
+        let keep = digits.len().saturating_sub(cut);
+        let (kept, dropped) = digits.split_at(keep);
+        if !dropped.bytes().all(|b| b == b'0') {
+            return None;
+        }
+        if kept.is_empty() {
+            0
+        } else {
+            kept.parse::<u64>().ok()?
+        }
+    };
+    (!negative || value == 0).then_some(value)
+}
+
+/// The query string as (name, value) pairs; a name given twice is refused.
+pub fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if pairs.iter().any(|(seen, _)| *seen == k) {
+            return Err(ApiError::invalid(format!(
+                "Query parameter `{k}` is given more than once."
+            )));
+        }
+        pairs.push((k.into_owned(), v.into_owned()));
+    }
+    Ok(pairs)
+}
+
+pub fn query_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// A non-negative decimal integer without sign or spaces that fits in `i64`.
+pub fn parse_count(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
+}
+
+/// The query of `GET {root}/events` (docs/API.md §4), parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedQuery {
+    /// Events with `sequence > after`; 0 by default.
+    pub after: u64,
+    /// Page size, 1..=100; 100 by default.
+    pub limit: usize,
+    /// How long to hold the request while the feed is empty: `wait` seconds, clamped to the
+    /// server's longest wait; zero by default.
+    pub wait: Duration,
+}
+
+/// Parses the feed query. `after` is a non-negative decimal integer up to 2^63−1; `limit` an
+/// integer 1..=100 (anything else is refused, not clamped); `wait` a non-negative decimal
+/// number of seconds (fraction and exponent allowed; `inf`, `nan` and overflowing values
+/// refused) clamped to `max_wait_seconds`. A parameter given twice is refused; unknown ones are ignored.
+pub fn parse_feed_query(query: Option<&str>, max_wait_seconds: u64) -> Result<FeedQuery, ApiError> {
+    let pairs = query_pairs(query)?;
+    let after = match query_value(&pairs, "after") {
+        None => 0,
+        Some(v) => parse_count(v)
+            .ok_or_else(|| ApiError::invalid("`after` must be a non-negative integer."))?,
+    };
+    let limit = match query_value(&pairs, "limit") {
+        None => 100,
+        Some(v) => match parse_count(v) {
+            Some(n @ 1..=100) => n as usize,
+            _ => {
+                return Err(ApiError::invalid(
+                    "`limit` must be an integer from 1 to 100.",
+                ))
+            }
+        },
+    };
+    let max_wait = max_wait_seconds as f64;
+    let wait = match query_value(&pairs, "wait") {
+        None => 0.0,
+        Some(v) => match parse_seconds(v) {
+            Some(w) => w.min(max_wait),
+            None => {
+                return Err(ApiError::invalid(
+                    "`wait` must be a non-negative number of seconds (at most 25 are used).",
+                ))
+            }
+        },
+    };
+    Ok(FeedQuery {
+        after,
+        limit,
+        wait: Duration::from_secs_f64(wait),
+    })
+}
+
+/// A non-negative decimal number (`1`, `0.5`, `2.5e1`) that fits an `f64`. Words such as `inf`
+/// or `NaN`, and numbers too large for an `f64` (`1e400`), are refused.
+fn parse_seconds(s: &str) -> Option<f64> {
+    let decimal = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
+    if !decimal {
+        return None;
+    }
+    s.parse::<f64>().ok().filter(|w| w.is_finite() && *w >= 0.0)
+}
+
+/// The expected revision of a state write or delete, from `If-Match` (`N` or `"N"`) and/or the
+/// request's own `if_revision`; both given and different is a 400.
+pub fn expected_revision(
+    headers: &HeaderMap,
+    from_request: Option<u64>,
+) -> Result<Option<u64>, ApiError> {
+    let header_value = match headers.get(header::IF_MATCH) {
+        None => None,
+        Some(v) => {
+            let text = v.to_str().unwrap_or("").trim();
+            let text = text
+                .strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(text);
+            Some(parse_count(text).ok_or_else(|| {
+                ApiError::invalid("If-Match must be a revision number, like If-Match: 7.")
+            })?)
+        }
+    };
+    match (header_value, from_request) {
+        (Some(h), Some(r)) if h != r => Err(ApiError::invalid(
+            "If-Match and if_revision disagree; send one of them.",
+        )),
+        (Some(h), _) => Ok(Some(h)),
+        (None, r) => Ok(r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("0"), Some(0));
+        assert_eq!(parse_count("42"), Some(42));
+        assert_eq!(parse_count("9223372036854775807"), Some(i64::MAX as u64));
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            " 1",
+            "1.0",
+            "1e3",
+            "9223372036854775808",
+            "99999999999999999999",
+            "abc",
+        ] {
+            assert_eq!(parse_count(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn bearer_tokens() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer_token(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer abc".parse().expect("header"));
+        assert_eq!(bearer_token(&h), Some("abc"));
+        h.insert(
+            header::AUTHORIZATION,
+            "bearer  abc ".parse().expect("header"),
+        );
+        assert_eq!(bearer_token(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().expect("header"));
+        assert_eq!(bearer_token(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer ".parse().expect("header"));
+        assert_eq!(bearer_token(&h), None);
+    }
+
+    #[test]
+    fn integral_numbers() {
+        let n = |t: &str| integral(&serde_json::from_str::<Value>(t).expect("json"));
+        assert_eq!(n("60"), Some(60));
+        assert_eq!(n("60.0"), Some(60));
+        assert_eq!(n("6e1"), Some(60));
+        assert_eq!(n("-0.0"), Some(0));
+        assert_eq!(n("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(n("9007199254740993.0"), Some(9_007_199_254_740_993));
+        assert_eq!(n("0.6e2"), Some(60));
+        assert_eq!(n("600e-1"), Some(60));
+        assert_eq!(n("0e99999"), Some(0));
+        for bad in [
+            "60.5",
+            "-1",
+            "-1.0",
+            "1e400",
+            "605e-1",
+            "1.00000000000000001",
+            "18446744073709551616.0",
+            "\"60\"",
+            "true",
+            "null",
+        ] {
+            assert_eq!(n(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn feed_queries() {
+        let q = parse_feed_query(None, 25).expect("defaults");
+        assert_eq!((q.after, q.limit, q.wait), (0, 100, Duration::ZERO));
+        let q = parse_feed_query(Some("after=7&limit=3&wait=2.5e1&x=y"), 25).expect("valid");
+        assert_eq!((q.after, q.limit, q.wait), (7, 3, Duration::from_secs(25)));
+        let q = parse_feed_query(Some("wait=3.7e307"), 25).expect("huge wait");
+        assert_eq!(q.wait, Duration::from_secs(25));
+        assert_eq!(
+            parse_feed_query(Some("wait=0.5"), 0).expect("valid").wait,
+            Duration::ZERO
+        );
+        for bad in [
+            "after=-1",
+            "limit=0",
+            "limit=101",
+            "wait=-1",
+            "wait=1e400",
+            "wait=inf",
+            "after=1&after=2",
+        ] {
+            assert!(parse_feed_query(Some(bad), 25).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn if_match() {
+        let mut h = HeaderMap::new();
+        assert_eq!(expected_revision(&h, Some(3)), Ok(Some(3)));
+        h.insert(header::IF_MATCH, "\"7\"".parse().expect("header"));
+        assert_eq!(expected_revision(&h, None), Ok(Some(7)));
+        assert_eq!(expected_revision(&h, Some(7)), Ok(Some(7)));
+        assert!(expected_revision(&h, Some(8)).is_err());
+        h.insert(header::IF_MATCH, "*".parse().expect("header"));
+        assert!(expected_revision(&h, None).is_err());
+    }
+}

@@ -1,0 +1,688 @@
+//! The handlers: parse, call one store operation, map the result.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+use http::{header, HeaderMap, StatusCode, Uri};
+use tokio::time::Instant;
+
+use super::dto::*;
+use super::extract::*;
+use super::page_budget::Charge;
+use super::{json_response, ApiError, AppState};
+use crate::domain::envelope;
+use crate::domain::label::validate_label;
+use crate::domain::state::{entry_size, validate_key, validate_value};
+use crate::domain::time::format_rfc3339;
+use crate::domain::{ids, Ingress};
+use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
+
+type ApiResult = Result<Response, ApiError>;
+
+/// The byte cap of one page of events (docs/API.md §4).
+const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// The largest create-address body we read.
+const CREATE_BODY_LIMIT: u64 = 16 * 1024;
+/// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
+/// first check 100 ms after the first read, each gap 1.25 times the last, at most 1.5 s. An
+/// event arriving in the first 2 s of a poll (a conversation in progress) is seen within
+/// 0.5 s; an idle 25 s poll costs 25 checks (29 DynamoDB requests in all, docs/COSTS.md).
+const POLL_BACKOFF_START: Duration = Duration::from_millis(100);
+const POLL_BACKOFF_GROWTH: f64 = 1.25;
+const POLL_BACKOFF_MAX: Duration = Duration::from_millis(1500);
+
+fn root_url(base: &str, address_id: &str) -> String {
+    format!("{base}/api/v1/addresses/{address_id}")
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses", tag = "addresses",
+    request_body(content = CreateAddressRequest, description = "Optional: an absent or empty body is the same as `{}`", content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created; the read token is shown only here", body = CreatedAddress),
+        (status = 400, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 429, body = ErrorBody),
+    )
+)]
+pub async fn create_address(State(state): State<AppState>, parts: Parts, body: Body) -> ApiResult {
+    let now = state.clock.now();
+    let limits = &state.config.limits;
+    let ip = client_ip(&parts);
+    if let Some(retry_after) = state
+        .store
+        .hit_rate_limit(&format!("create:{ip}"), limits.creations_per_minute, now)
+        .await?
+    {
+        return Err(ApiError::RateLimited { retry_after });
+    }
+    let bytes = read_body(&parts.headers, body, CREATE_BODY_LIMIT, "request body").await?;
+    let fields = if bytes.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Map::new()
+    } else {
+        require_json_content_type(&parts.headers)?;
+        json_object(&bytes)?
+    };
+    let name = optional_string(&fields, "name", 200)?;
+    let task_id = optional_string(&fields, "task_id", 200)?;
+    // No control or bidirectional formatting characters (docs/API.md, "Create.").
+    for (field, value) in [("name", &name), ("task_id", &task_id)] {
+        if let Some(v) = value {
+            validate_label(field, v).map_err(|e| ApiError::invalid(format!("{e}.")))?;
+        }
+    }
+    let expires_in = optional_integer(&fields, "expires_in_seconds", 60..=31_536_000)?;
+
+    let id = ids::new_address_id();
+    let read_token = ids::new_read_token();
+    let inbox_secret = ids::new_inbox_secret();
+    let new = NewAddress {
+        id: id.clone(),
+        name,
+        task_id,
+        email: format!("{id}@{}", state.config.email_domain),
+        created_at: now,
+        expires_at: expires_in.map(|s| now + s as i64 * 1000),
+        token_hash: ids::hash_secret(&read_token),
+        inbox_hash: ids::hash_secret(&inbox_secret),
+    };
+    state.store.create_address(new.clone()).await?;
+    let base = base_url(&state, &parts.headers);
+    let root = root_url(&base, &id);
+    let view = AddressView {
+        id: id.clone(),
+        name: new.name,
+        task_id: new.task_id,
+        email: new.email,
+        created_at: format_rfc3339(now),
+        expires_at: new.expires_at.map(format_rfc3339),
+    };
+    tracing::info!(address_id = %id, "address created");
+    Ok(json_response(
+        StatusCode::CREATED,
+        &CreatedAddress {
+            address: view,
+            credentials: Credentials { read_token },
+            endpoints: Endpoints {
+                inbox_url: format!("{base}/api/v1/inbox/{id}/{inbox_secret}"),
+                events_url: format!("{root}/events"),
+                state_url: format!("{root}/state"),
+            },
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = AddressDetails),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn inspect_address(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    let record = authenticate(&state, &headers, &address_id, now).await?;
+    let usage = state
+        .store
+        .usage(&address_id, &state.config.limits, now)
+        .await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &AddressDetails {
+            address: AddressView::from(&record),
+            usage: usage.into(),
+            limits: state.config.limits.clone(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/addresses/{address_id}", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Deleted; its data is removed"),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn delete_address(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    state.store.delete_address(&address_id, now).await?;
+    tracing::info!(%address_id, "address deleted");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/inbox/{address_id}/{inbox_secret}", tag = "inbox",
+    params(("address_id" = String, Path), ("inbox_secret" = String, Path),
+           ("Idempotency-Key" = Option<String>, Header)),
+    request_body(content = Object, description = "Any body up to the inbox limit", content_type = "*/*"),
+    responses(
+        (status = 202, description = "Committed", body = DeliveryResult),
+        (status = 200, description = "Duplicate of an earlier delivery", body = DeliveryResult),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody),
+    )
+)]
+pub async fn deliver(
+    State(state): State<AppState>,
+    PathParams((address_id, inbox_secret)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    let unknown = || ApiError::not_found("No such inbox.");
+    if !ids::is_valid_id(&address_id) || !ids::is_valid_id(&inbox_secret) {
+        return Err(unknown());
+    }
+    let record = state
+        .store
+        .get_address(&address_id, now)
+        .await?
+        .ok_or_else(unknown)?;
+    if !ids::verify_secret(&inbox_secret, &record.inbox_hash) {
+        return Err(unknown());
+    }
+    if record.is_gone(now) {
+        return Err(ApiError::AddressGone);
+    }
+    let claim_key = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => {
+            let ok = v.as_bytes().len() <= 255
+                && !v.as_bytes().is_empty()
+                && v.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b));
+            if !ok {
+                return Err(ApiError::invalid(
+                    "Idempotency-Key must be 1 to 255 printable ASCII characters.",
+                ));
+            }
+            Some(v.as_bytes().to_vec())
+        }
+    };
+    let bytes = read_body(
+        &headers,
+        body,
+        state.config.limits.max_inbox_bytes,
+        "inbox body",
+    )
+    .await?;
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let header_pairs: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let env = envelope::from_delivery(
+        content_type.as_deref(),
+        header_pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        &bytes,
+    );
+    let claim = claim_key.map(|k| IdempotencyClaim {
+        key_hash: ids::sha256_hex(&k),
+        body_hash: ids::sha256_hex(&bytes),
+    });
+    let event = NewEvent {
+        event_type: env.event_type,
+        source: env.source,
+        ingress: Ingress::Http,
+        data: env.data,
+        http: Some(env.http),
+    };
+    let appended = state
+        .store
+        .append_event(&address_id, event, claim, &state.config.limits, now)
+        .await
+        .map_err(|e| match e {
+            StoreError::AddressNotFound => unknown(),
+            other => other.into(),
+        })?;
+    let status = if appended.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok(json_response(
+        status,
+        &DeliveryResult {
+            duplicate: appended.duplicate,
+            event: appended.event.into(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events", tag = "events",
+    params(
+        ("address_id" = String, Path),
+        ("after" = Option<u64>, Query, description = "Return events with sequence > after (default 0)", minimum = 0, maximum = 9223372036854775807_i64),
+        ("wait" = Option<f64>, Query, description = "Seconds to hold the request when nothing is there yet (0..25, larger is clamped)", minimum = 0),
+        ("limit" = Option<u64>, Query, description = "1..100, default 100", minimum = 1, maximum = 100),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = EventPageView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
+    )
+)]
+pub async fn list_events(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult {
+    let arrived = Instant::now();
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    let limits = &state.config.limits;
+    if let Some(retry_after) = state
+        .store
+        .hit_rate_limit(&format!("poll:{address_id}"), limits.polls_per_minute, now)
+        .await?
+    {
+        return Err(ApiError::RateLimited { retry_after });
+    }
+    let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
+    // The request's headers and URI are not needed while waiting: a long poll holds only what
+    // it needs for its whole wait (the header map alone is about half a kilobyte).
+    drop((headers, uri));
+    let deadline = arrived + q.wait;
+    let (page, charge) = long_poll(&state, &address_id, &q, deadline).await?;
+    let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
+    let events = page
+        .events
+        .iter()
+        .map(EventView::from_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    let view = EventPageView {
+        events,
+        next_cursor,
+        has_more: page.has_more,
+    };
+    let Some(charge) = charge else {
+        return Ok(json_response(StatusCode::OK, &view));
+    };
+    let encoded = serde_json::to_vec(&view)
+        .map_err(|e| ApiError::Internal(format!("cannot encode a page: {e}")))?;
+    drop((view, page));
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static(super::JSON_CONTENT_TYPE),
+        )],
+        Body::from(charge.into_body(encoded)),
+    )
+        .into_response())
+}
+
+/// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,
+/// re-checks the last sequence with backoff) until `deadline` or shutdown. With a page budget
+/// (`serve`), each read is cut at the budget's free share, which the returned charge holds;
+/// a waiting poll holds none.
+async fn long_poll(
+    state: &AppState,
+    address_id: &str,
+    q: &FeedQuery,
+    deadline: Instant,
+) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
+    let store = &state.store;
+    let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
+    let mut shutdown = state.shutdown.clone();
+    let mut backoff = POLL_BACKOFF_START;
+    loop {
+        let charge = state
+            .page_budget
+            .as_ref()
+            .map(|b| b.reserve(PAGE_MAX_BYTES));
+        let page = store
+            .read_events(
+                address_id,
+                q.after,
+                q.limit,
+                charge.as_ref().map_or(PAGE_MAX_BYTES, Charge::bytes),
+                state.clock.now(),
+            )
+            .await?;
+        if !page.events.is_empty() {
+            return Ok((page, charge));
+        }
+        drop(charge);
+        if Instant::now() >= deadline || *shutdown.borrow() {
+            return Ok((page, None));
+        }
+        match &mut wakeups {
+            Some(rx) => {
+                tokio::select! {
+                    _ = rx.changed() => {}
+                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+            None => loop {
+                let nap = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                tokio::select! {
+                    _ = tokio::time::sleep(nap) => {}
+                    _ = shutdown.changed() => break,
+                }
+                backoff = backoff.mul_f64(POLL_BACKOFF_GROWTH).min(POLL_BACKOFF_MAX);
+                if Instant::now() >= deadline || *shutdown.borrow() {
+                    // Nothing was there at the last check: answer the empty page without
+                    // reading again (the client's next poll, from the same cursor, sees
+                    // anything that arrived since). Liveness was checked by that check.
+                    return Ok((page, None));
+                }
+                if store.feed_head_hint(address_id, state.clock.now()).await? > q.after {
+                    break;
+                }
+            },
+        }
+    }
+}
+
+fn event_id_param(event_id: &str) -> Result<(), ApiError> {
+    if ids::is_valid_id(event_id) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "Event ids are 1 to 64 characters of letters, digits, _ and -.",
+        ))
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events/{event_id}", tag = "events",
+    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = SingleEvent),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_event(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    let event = state.store.get_event(&address_id, &event_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &SingleEvent {
+            event: EventView::from_event(&event)?,
+        },
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/events/{event_id}/ack", tag = "events",
+    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Acknowledged (again: the first time is kept)", body = AckResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn ack_event(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    let acked = state.store.ack_event(&address_id, &event_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &AckResult {
+            event: AckedEventView {
+                id: acked.event.id,
+                sequence: acked.event.sequence,
+                acknowledged_at: format_rfc3339(acked.acknowledged_at),
+            },
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/state", tag = "state",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = StateList),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn list_state(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    let listing = state.store.list_state(&address_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &StateList {
+            keys: listing
+                .keys
+                .into_iter()
+                .map(|k| StateKeyView {
+                    key: k.key,
+                    revision: k.revision,
+                    size: k.size,
+                    updated_at: format_rfc3339(k.updated_at),
+                })
+                .collect(),
+            state_bytes: listing.state_bytes,
+            state_keys: listing.state_keys,
+            limits: limits_view(&state.config.limits),
+        },
+    ))
+}
+
+fn key_param(key: &str) -> Result<(), ApiError> {
+    validate_key(key).map_err(|e| ApiError::invalid(format!("Bad state key: {e}.")))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
+    params(("address_id" = String, Path), ("key" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = StateValue),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_state(
+    State(state): State<AppState>,
+    PathParams((address_id, key)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    key_param(&key)?;
+    let entry = state.store.get_state(&address_id, &key, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &StateValue::from_entry(&entry)?,
+    ))
+}
+
+#[utoipa::path(
+    put, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
+    params(("address_id" = String, Path), ("key" = String, Path),
+           ("If-Match" = Option<String>, Header)),
+    request_body(content = PutStateRequest, content_type = "application/json"),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = StateWriteResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "revision_conflict, state_limit_exceeded or quota_exceeded", body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody),
+    )
+)]
+pub async fn put_state(
+    State(state): State<AppState>,
+    PathParams((address_id, key)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    key_param(&key)?;
+    require_json_content_type(&headers)?;
+    let limits = &state.config.limits;
+    let body_limit = limits
+        .max_state_bytes
+        .saturating_mul(4)
+        .saturating_add(4096);
+    let bytes = read_body(&headers, body, body_limit, "request body").await?;
+    let mut fields = json_object(&bytes)?;
+    let value = fields
+        .remove("value")
+        .ok_or_else(|| ApiError::invalid("The body must have a `value` field (any JSON)."))?;
+    // At most MAX_JSON_DEPTH levels, so its state.updated event reads back everywhere
+    // (docs/API.md, "State.").
+    validate_value(&value).map_err(|e| ApiError::invalid(format!("{e}.")))?;
+    let from_body = optional_integer(&fields, "if_revision", 0..=i64::MAX as u64)?;
+    let expected = expected_revision(&headers, from_body)?;
+    let compact = serde_json::to_string(&value)
+        .map_err(|e| ApiError::Internal(format!("cannot re-encode a value: {e}")))?;
+    if entry_size(&key, &compact) > limits.max_state_bytes {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "This value can never fit: key, value and 64 bytes of metadata exceed the state limit of {} bytes.",
+            limits.max_state_bytes
+        )));
+    }
+    let written = state
+        .store
+        .put_state(&address_id, &key, compact, expected, limits, now)
+        .await?;
+    let entry = StateValue::from_entry(&written.entry)?;
+    Ok(json_response(
+        StatusCode::OK,
+        &StateWriteResult {
+            key: entry.key,
+            value: entry.value,
+            revision: entry.revision,
+            updated_at: entry.updated_at,
+            event: written.event.into(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
+    params(("address_id" = String, Path), ("key" = String, Path),
+           ("if_revision" = Option<u64>, Query, description = "Delete only if the current revision is this one (same as If-Match)", minimum = 0, maximum = 9223372036854775807_i64),
+           ("If-Match" = Option<String>, Header)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = StateDeleteResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn delete_state(
+    State(state): State<AppState>,
+    PathParams((address_id, key)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    key_param(&key)?;
+    let pairs = query_pairs(uri.query())?;
+    let from_query =
+        match query_value(&pairs, "if_revision") {
+            None => None,
+            Some(v) => Some(parse_count(v).ok_or_else(|| {
+                ApiError::invalid("`if_revision` must be a non-negative integer.")
+            })?),
+        };
+    let expected = expected_revision(&headers, from_query)?;
+    let deleted = state
+        .store
+        .delete_state(&address_id, &key, expected, &state.config.limits, now)
+        .await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &StateDeleteResult {
+            key: deleted.key,
+            deleted: true,
+            revision: deleted.revision,
+            event: deleted.event.into(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/healthz", tag = "service",
+    responses((status = 200, body = Health))
+)]
+pub async fn healthz(State(state): State<AppState>) -> ApiResult {
+    Ok(json_response(
+        StatusCode::OK,
+        &Health {
+            status: "ok".into(),
+            store: state.store.kind().into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/openapi.json", tag = "service",
+    responses((status = 200, description = "OpenAPI 3.1 of this API", content_type = "application/json"))
+)]
+pub async fn openapi_json(State(state): State<AppState>, headers: HeaderMap) -> ApiResult {
+    let base = base_url(&state, &headers);
+    Ok(json_response(
+        StatusCode::OK,
+        &super::openapi::document(&base),
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/skill.md", tag = "service",
+    responses((status = 200, description = "Instructions for an agent", content_type = "text/markdown"))
+)]
+pub async fn skill_md(State(state): State<AppState>, headers: HeaderMap) -> ApiResult {
+    let base = base_url(&state, &headers);
+    let text = super::openapi::SKILL_MD.replace("{base}", &base);
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        text,
+    )
+        .into_response())
+}

@@ -1,0 +1,262 @@
+//! `/openapi.json` (OpenAPI 3.1, generated from the handlers' annotations with `utoipa`) and
+//! `/skill.md`.
+
+use utoipa::openapi::content::Content;
+use utoipa::openapi::header::Header;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::response::Response;
+use utoipa::openapi::schema::{Object, Schema, SchemaType, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::server::Server;
+use utoipa::openapi::{Ref, RefOr, Required};
+use utoipa::{Modify, OpenApi};
+
+use super::dto::*;
+use super::handlers::*;
+use crate::domain::Limits;
+
+/// Instructions for an agent; `{base}` is replaced by the public base URL.
+pub const SKILL_MD: &str = include_str!("skill.md");
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("The address's read token (`credentials.read_token`)."))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// What the handlers' annotations cannot say, applied to every operation:
+/// - every store-backed operation may answer 503 `unavailable` (store throttled, outcome
+///   unknown; docs/API.md §9), with `Retry-After`;
+/// - 429 and 503 answers carry `Retry-After` (seconds);
+/// - the parameters' descriptions and patterns ([`PARAMETERS`]); they are never `null` (an
+///   optional one is absent);
+/// - the bodies of `POST /api/v1/addresses` and of an inbox delivery are optional (a body that
+///   is there must be a JSON object, not `null`, for the first; anything for the second).
+struct Contract;
+
+const RETRY_AFTER: &str = "Retry-After";
+
+fn retry_after_header() -> Header {
+    let mut header = Header::new(Object::with_type(SchemaType::Type(Type::Integer)));
+    header.description = Some("Seconds to wait before retrying.".into());
+    header
+}
+
+fn error_response(description: &str) -> Response {
+    let mut response = Response::new(description);
+    response.content.insert(
+        "application/json".into(),
+        Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+    );
+    response
+        .headers
+        .insert(RETRY_AFTER.into(), retry_after_header());
+    response
+}
+
+fn operations(openapi: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &mut Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
+            item.get.as_mut(),
+            item.put.as_mut(),
+            item.post.as_mut(),
+            item.delete.as_mut(),
+            item.patch.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// Descriptions and syntax of the parameters, by name: the handlers' annotations only name them.
+/// Ids and secrets are `^[A-Za-z0-9_-]{1,64}$` (docs/API.md §0), keys
+/// `[A-Za-z0-9._:-]{1,128}` (§7).
+const PARAMETERS: &[(&str, &str, &str)] = &[
+    (
+        "address_id",
+        "The address id (`address.id`, `addr_…`).",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "inbox_secret",
+        "The inbox secret: the last segment of `endpoints.inbox_url`.",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "event_id",
+        "An event id (`evt_…`).",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "key",
+        "A state key: 1 to 128 letters, digits and `. _ : -`, not only dots.",
+        "^[A-Za-z0-9._:-]{1,128}$",
+    ),
+    (
+        "If-Match",
+        "Same as `if_revision`: a revision number, bare or quoted (`7` or `\"7\"`).",
+        "^(?:[0-9]{1,18}|\"[0-9]{1,18}\")$",
+    ),
+    (
+        "Idempotency-Key",
+        "1 to 255 printable ASCII characters. The same key again, while the event it produced is \
+         retained, answers that event (200) instead of appending another.",
+        "^[!-~](?:[ -~]{0,253}[!-~])?$",
+    ),
+];
+
+/// A parameter is text on the wire and cannot be `null`: an optional one is simply absent.
+fn not_null(schema: &mut Object) {
+    if let SchemaType::Array(types) = &schema.schema_type {
+        let rest: Vec<Type> = types
+            .iter()
+            .filter(|t| **t != Type::Null)
+            .cloned()
+            .collect();
+        if let [only] = rest.as_slice() {
+            schema.schema_type = SchemaType::Type(only.clone());
+        }
+    }
+}
+
+impl Modify for Contract {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for op in operations(openapi) {
+            let is_service = op
+                .tags
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|t| t == "service"));
+            if !is_service {
+                op.responses.responses.insert(
+                    "503".into(),
+                    RefOr::T(error_response(
+                        "`unavailable`: the store is throttled or the outcome is unknown; safe to retry",
+                    )),
+                );
+            }
+            for param in op.parameters.iter_mut().flatten() {
+                let described = PARAMETERS.iter().find(|(name, ..)| *name == param.name);
+                if let Some((_, description, _)) = described {
+                    param.description = Some((*description).into());
+                }
+                if let Some(RefOr::T(Schema::Object(schema))) = param.schema.as_mut() {
+                    not_null(schema);
+                    if let Some((.., pattern)) = described {
+                        schema.pattern = Some((*pattern).into());
+                    }
+                }
+            }
+            if let Some(RefOr::T(r)) = op.responses.responses.get_mut("429") {
+                r.headers.insert(RETRY_AFTER.into(), retry_after_header());
+            }
+            let optional_body = matches!(
+                op.operation_id.as_deref(),
+                Some("create_address" | "deliver")
+            );
+            if let Some(body) = op.request_body.as_mut().filter(|_| optional_body) {
+                body.required = Some(Required::False);
+            }
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "agentaddress",
+        description = "Durable return addresses for AI agents: an inbox URL for webhooks, an ordered event feed with long polling, and small JSON state with compare-and-set.",
+    ),
+    paths(
+        create_address, inspect_address, delete_address, deliver, list_events, get_event,
+        ack_event, list_state, get_state, put_state, delete_state, healthz, openapi_json, skill_md
+    ),
+    components(schemas(
+        AddressView, Credentials, Endpoints, CreatedAddress, CreateAddressRequest, UsageView,
+        AddressDetails, Limits, EventRefView, DeliveryResult, EventView, EventPageView,
+        SingleEvent, AckedEventView, AckResult, StateKeyView, StateLimitsView, StateList,
+        StateValue, PutStateRequest, StateWriteResult, StateDeleteResult, Health, ErrorDetail,
+        ErrorBody
+    )),
+    modifiers(&BearerAuth, &Contract),
+    tags(
+        (name = "addresses"), (name = "inbox"), (name = "events"), (name = "state"), (name = "service")
+    )
+)]
+struct ApiDoc;
+
+/// The OpenAPI document, with `base` as its server.
+pub fn document(base: &str) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").into();
+    doc.servers = Some(vec![Server::new(base)]);
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn the_document_states_what_the_annotations_cannot() {
+        let doc = serde_json::to_value(document("http://agentaddress.test")).expect("JSON");
+        let paths = doc["paths"].as_object().expect("paths");
+        let mut operations = 0;
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("path item") {
+                operations += 1;
+                let what = format!("{method} {path}");
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    assert!(
+                        p["schema"]["type"].is_string(),
+                        "{what}: {p} is not nullable"
+                    );
+                    if p["in"] == "path" {
+                        assert!(
+                            p["schema"]["pattern"].is_string(),
+                            "{what}: {p} has a pattern"
+                        );
+                        assert!(p["description"].is_string(), "{what}: {p} is described");
+                    }
+                }
+                let service = op["tags"][0] == "service";
+                let responses = &op["responses"];
+                assert_eq!(
+                    responses["503"]["headers"]["Retry-After"].is_object(),
+                    !service,
+                    "{what}: 503 with Retry-After on store-backed operations"
+                );
+                if responses.get("429").is_some() {
+                    assert!(
+                        responses["429"]["headers"]["Retry-After"].is_object(),
+                        "{what}: 429 with Retry-After"
+                    );
+                }
+            }
+        }
+        assert_eq!(operations, 14);
+        let create = &doc["paths"]["/api/v1/addresses"]["post"]["requestBody"];
+        assert_eq!(create["required"], Value::Bool(false));
+        assert_eq!(
+            create["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/CreateAddressRequest"
+        );
+        let deliver = &doc["paths"]["/api/v1/inbox/{address_id}/{inbox_secret}"]["post"];
+        assert_eq!(deliver["requestBody"]["required"], Value::Bool(false));
+        // Event data and state values are any JSON, not only objects.
+        let event = &doc["components"]["schemas"]["EventView"]["properties"]["data"];
+        assert!(event.get("type").is_none(), "data is any JSON: {event}");
+    }
+}

@@ -1,0 +1,330 @@
+//! The Store: every operation of the contract as ONE atomic step, so that each backend can do it
+//! natively (one SQLite transaction; one DynamoDB `TransactWriteItems`).
+//!
+//! Stores know nothing of HTTP and never check tokens; the API layer authenticates with
+//! [`Store::get_address`] and then calls one operation, which re-checks that the address is
+//! alive inside its own atomic step. Every backend passes the [`conformance`] suite.
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod rules;
+mod signal;
+
+use async_trait::async_trait;
+
+use crate::domain::{Ingress, Limits, Millis};
+pub use signal::FeedSignal;
+
+/// Meaning-based failures of a store operation. The API maps each to one code of docs/API.md §9.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such address")]
+    AddressNotFound,
+    #[error("the address was deleted or has expired")]
+    AddressGone,
+    #[error("no such event or state key")]
+    NotFound,
+    #[error("revision conflict (current revision {current:?})")]
+    RevisionConflict { current: Option<u64> },
+    #[error("the feed holds its maximum of retained events")]
+    QuotaExceeded,
+    #[error("the state limits would be exceeded")]
+    StateLimitExceeded,
+    #[error("the idempotency key was used with a different body")]
+    IdempotencyKeyReused,
+    #[error("an address with this id already exists")]
+    AddressExists,
+    /// Throttled, or the outcome is unknown; the caller may retry safely.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A bug or corrupted data; details go to the log only.
+    #[error("store failure: {0}")]
+    Internal(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A new address; secrets arrive hashed.
+#[derive(Debug, Clone)]
+pub struct NewAddress {
+    pub id: String,
+    pub name: Option<String>,
+    pub task_id: Option<String>,
+    pub email: String,
+    pub created_at: Millis,
+    pub expires_at: Option<Millis>,
+    pub token_hash: String,
+    pub inbox_hash: String,
+}
+
+/// An address as stored, tombstones included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressRecord {
+    pub id: String,
+    pub name: Option<String>,
+    pub task_id: Option<String>,
+    pub email: String,
+    pub created_at: Millis,
+    pub expires_at: Option<Millis>,
+    pub deleted_at: Option<Millis>,
+    pub token_hash: String,
+    pub inbox_hash: String,
+    pub last_sequence: u64,
+    pub state_keys: u64,
+    pub state_bytes: u64,
+}
+
+impl AddressRecord {
+    /// Deleted, or expired: from the second it expires, whatever a sweeper has done yet.
+    pub fn is_gone(&self, now: Millis) -> bool {
+        self.deleted_at.is_some() || self.expires_at.is_some_and(|e| e <= now)
+    }
+}
+
+/// `GET {root}` usage figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    pub last_sequence: u64,
+    pub retained_events: u64,
+    pub state_keys: u64,
+    pub state_bytes: u64,
+}
+
+/// An event to append; the store assigns sequence, id and time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub event_type: String,
+    pub source: Option<String>,
+    pub ingress: Ingress,
+    /// Compact JSON text.
+    pub data: String,
+    /// Compact JSON text of the `http` record (HTTP ingress only).
+    pub http: Option<String>,
+}
+
+/// An idempotency claim: the SHA-256 of the key and of the body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyClaim {
+    pub key_hash: String,
+    pub body_hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRef {
+    pub id: String,
+    pub sequence: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    pub event: EventRef,
+    /// `true` when an earlier delivery with the same idempotency key produced `event`.
+    pub duplicate: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: String,
+    pub sequence: u64,
+    pub event_type: String,
+    pub source: Option<String>,
+    pub ingress: Ingress,
+    pub received_at: Millis,
+    pub acknowledged_at: Option<Millis>,
+    pub data: String,
+    pub http: Option<String>,
+}
+
+impl Event {
+    /// Bytes this event takes in a page (its stored JSON plus a bound on the metadata), used to
+    /// cut pages at the byte limit.
+    pub fn page_bytes(&self) -> u64 {
+        (self.data.len()
+            + self.http.as_ref().map_or(0, String::len)
+            + self.event_type.len()
+            + self.source.as_ref().map_or(0, String::len)
+            + self.id.len()
+            + 256) as u64
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventPage {
+    pub events: Vec<Event>,
+    /// More events follow the last one returned.
+    pub has_more: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acked {
+    pub event: EventRef,
+    pub acknowledged_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateMeta {
+    pub key: String,
+    pub revision: u64,
+    pub size: u64,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateListing {
+    pub keys: Vec<StateMeta>,
+    pub state_keys: u64,
+    pub state_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateEntry {
+    pub key: String,
+    /// Compact JSON text.
+    pub value: String,
+    pub revision: u64,
+    pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateWritten {
+    pub entry: StateEntry,
+    pub event: EventRef,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDeleted {
+    pub key: String,
+    /// The sequence of the `state.deleted` event.
+    pub revision: u64,
+    pub event: EventRef,
+}
+
+/// What a sweep removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub events: u64,
+    pub addresses_purged: u64,
+    pub tombstones: u64,
+}
+
+/// The durable store behind the API.
+///
+/// Every method is one atomic step. Methods taking `id` answer [`StoreError::AddressNotFound`]
+/// for an unknown address and [`StoreError::AddressGone`] for a deleted or expired one (judged at
+/// `now`), checked inside the same atomic step as the operation itself.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `"sqlite"` or `"dynamodb"`, for `/healthz`.
+    fn kind(&self) -> &'static str;
+
+    /// A wake-up signal fired after every commit that appends to a feed, if the backend has one
+    /// (in-process stores do). Without it, long polls fall back to a bounded query loop.
+    fn feed_signal(&self) -> Option<&FeedSignal> {
+        None
+    }
+
+    /// Stores a new address with sequence 0 and no state. [`StoreError::AddressExists`] if the
+    /// id is taken.
+    async fn create_address(&self, address: NewAddress) -> StoreResult<()>;
+
+    /// The address as stored, tombstones included; `None` once it is forgotten (its tombstone
+    /// period over at `now`, or swept). No liveness check: callers authenticate with it and
+    /// judge [`AddressRecord::is_gone`] themselves.
+    async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>>;
+
+    /// Usage figures of a live address.
+    async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage>;
+
+    /// Marks the address deleted (a tombstone that keeps the hashes) and removes, or schedules
+    /// the removal of, all its events, state and idempotency records. From this call on, no
+    /// operation reads or writes its data.
+    async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()>;
+
+    /// Appends an event with the next sequence, atomically with its idempotency record.
+    /// With a claim whose key was seen on a still-retained event: the same body hash returns
+    /// that event with `duplicate: true` and appends nothing; another body is
+    /// [`StoreError::IdempotencyKeyReused`]. A feed holding `max_retained_events` unexpired
+    /// events is [`StoreError::QuotaExceeded`].
+    async fn append_event(
+        &self,
+        id: &str,
+        event: NewEvent,
+        claim: Option<IdempotencyClaim>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended>;
+
+    /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
+    /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.
+    async fn read_events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+        max_bytes: u64,
+        now: Millis,
+    ) -> StoreResult<EventPage>;
+
+    /// One unexpired event by id, else [`StoreError::NotFound`].
+    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event>;
+
+    /// Records the first acknowledgement of an event and returns it; acking again keeps the
+    /// first time. [`StoreError::NotFound`] for an unknown or expired event.
+    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked>;
+
+    /// The sequence of the last event appended (0 if none): a cheap check for long polls.
+    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64>;
+
+    /// [`Store::last_sequence`] as a hint that may lag behind a write by a moment (an
+    /// eventually consistent read on DynamoDB: half the read units). Long polls use it only to
+    /// decide when to read the feed again, with a consistent read.
+    async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.last_sequence(id, now).await
+    }
+
+    /// Every state key's metadata, sorted by key, with the totals.
+    async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing>;
+
+    /// One key's value, else [`StoreError::NotFound`].
+    async fn get_state(&self, id: &str, key: &str, now: Millis) -> StoreResult<StateEntry>;
+
+    /// Writes `value` (compact JSON) under `key` and appends its `state.updated` event in the
+    /// same atomic step; the new revision is that event's sequence.
+    /// `expected`: `None` unconditional, `Some(0)` only if absent, `Some(n)` only if the current
+    /// revision is `n`, else [`StoreError::RevisionConflict`] with the current revision.
+    /// [`StoreError::StateLimitExceeded`] if the key count or bytes would pass the limits;
+    /// [`StoreError::QuotaExceeded`] if the feed is full.
+    async fn put_state(
+        &self,
+        id: &str,
+        key: &str,
+        value: String,
+        expected: Option<u64>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<StateWritten>;
+
+    /// Deletes `key` and appends its `state.deleted` event in the same atomic step.
+    /// [`StoreError::NotFound`] if absent; `expected` as for [`Store::put_state`].
+    async fn delete_state(
+        &self,
+        id: &str,
+        key: &str,
+        expected: Option<u64>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<StateDeleted>;
+
+    /// Counts one hit in the fixed one-minute window of `scope`. `Ok(None)` when within `limit`;
+    /// `Ok(Some(seconds))` when over it, with the seconds until the window ends (at least 1).
+    async fn hit_rate_limit(
+        &self,
+        scope: &str,
+        limit: u64,
+        now: Millis,
+    ) -> StoreResult<Option<u64>>;
+
+    /// Removes what has expired: events past retention, data of expired addresses, and
+    /// tombstones older than `limits.tombstone_seconds`. Reads never depend on it having run.
+    async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport>;
+}
