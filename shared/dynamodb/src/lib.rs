@@ -48,8 +48,18 @@
 
 use agentaddress_core::{domain, store};
 
+mod capacity;
+mod config;
+mod item;
+
+use capacity::Tally;
+pub use capacity::{CapacityUsage, Metrics};
+pub use config::AwsConfig;
+pub use item::split_utf8;
+use item::*;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,14 +67,14 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, ConsumedCapacity, Delete, Put, ReturnConsumedCapacity,
-    ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, CancellationReason, Delete, Put, ReturnConsumedCapacity, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use rand::Rng;
 
 use crate::domain::state::entry_size;
-use crate::domain::{ids, Ingress, Limits, Millis};
+use crate::domain::{ids, Limits, Millis};
 use crate::store::rules::{self, check_expected, rate_window, Quota, StateTotals};
 use crate::store::{
     Acked, AddressRecord, Appended, Event, EventPage, EventRef, IdempotencyClaim, NewAddress,
@@ -114,109 +124,6 @@ pub struct DynamoStore {
     metrics: Arc<Metrics>,
 }
 
-/// Requests sent and capacity units consumed (as DynamoDB reports them with
-/// `ReturnConsumedCapacity=TOTAL`), for cost measurements.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    requests: AtomicU64,
-    read_milli_units: AtomicU64,
-    write_milli_units: AtomicU64,
-}
-
-/// Outputs that report consumed capacity.
-trait Consumed {
-    const WRITE: bool;
-    fn consumed(&self) -> Vec<&ConsumedCapacity>;
-}
-
-macro_rules! consumed_one {
-    ($w:expr; $($t:ty),*) => {$(
-        impl Consumed for $t {
-            const WRITE: bool = $w;
-            fn consumed(&self) -> Vec<&ConsumedCapacity> {
-                self.consumed_capacity().into_iter().collect()
-            }
-        }
-    )*};
-}
-
-macro_rules! consumed_many {
-    ($($t:ty),*) => {$(
-        impl Consumed for $t {
-            const WRITE: bool = true;
-            fn consumed(&self) -> Vec<&ConsumedCapacity> {
-                self.consumed_capacity().iter().collect()
-            }
-        }
-    )*};
-}
-
-consumed_one!(false;
-    aws_sdk_dynamodb::operation::get_item::GetItemOutput,
-    aws_sdk_dynamodb::operation::query::QueryOutput
-);
-consumed_one!(true;
-    aws_sdk_dynamodb::operation::put_item::PutItemOutput,
-    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput
-);
-consumed_many!(
-    aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput,
-    aws_sdk_dynamodb::operation::batch_write_item::BatchWriteItemOutput
-);
-
-/// Counts a request and the capacity it consumed.
-trait Tally: Sized {
-    fn tally(self, metrics: &Metrics) -> Self;
-}
-
-impl<O: Consumed, E> Tally for Result<O, E> {
-    fn tally(self, metrics: &Metrics) -> Self {
-        match &self {
-            Ok(out) => metrics.record(&out.consumed(), O::WRITE),
-            Err(_) => metrics.record(&[], O::WRITE),
-        }
-        self
-    }
-}
-
-/// A snapshot of [`Metrics`].
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CapacityUsage {
-    pub requests: u64,
-    pub read_units: f64,
-    pub write_units: f64,
-}
-
-impl Metrics {
-    /// `is_write`: the operation writes, so a bare total (all DynamoDB Local reports) counts
-    /// as write units.
-    fn record(&self, capacity: &[&ConsumedCapacity], is_write: bool) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        for c in capacity {
-            let read = c.read_capacity_units().unwrap_or(0.0);
-            let write = c.write_capacity_units().unwrap_or(0.0);
-            let total = c.capacity_units().unwrap_or(0.0);
-            let (read, write) = match (read == 0.0 && write == 0.0, is_write) {
-                (false, _) => (read, write),
-                (true, false) => (total, 0.0),
-                (true, true) => (0.0, total),
-            };
-            self.read_milli_units
-                .fetch_add((read * 1000.0).round() as u64, Ordering::Relaxed);
-            self.write_milli_units
-                .fetch_add((write * 1000.0).round() as u64, Ordering::Relaxed);
-        }
-    }
-
-    pub fn snapshot(&self) -> CapacityUsage {
-        CapacityUsage {
-            requests: self.requests.load(Ordering::Relaxed),
-            read_units: self.read_milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
-            write_units: self.write_milli_units.load(Ordering::Relaxed) as f64 / 1000.0,
-        }
-    }
-}
-
 /// Where DELETE sends the address to purge.
 #[derive(Debug, Clone)]
 pub struct PurgeQueue {
@@ -230,132 +137,6 @@ pub struct PurgeProgress {
     pub deleted_items: u64,
     /// `false` when items remain: send the message again.
     pub done: bool,
-}
-
-fn pk(id: &str) -> String {
-    format!("A#{id}")
-}
-
-fn event_sk(seq: u64) -> String {
-    format!("E#{seq:020}")
-}
-
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
-fn get_s(item: &Item, k: &str) -> Option<String> {
-    item.get(k).and_then(|v| v.as_s().ok()).cloned()
-}
-
-fn get_i(item: &Item, k: &str) -> Option<i64> {
-    item.get(k)
-        .and_then(|v| v.as_n().ok())
-        .and_then(|v| v.parse().ok())
-}
-
-fn get_u(item: &Item, k: &str) -> u64 {
-    get_i(item, k)
-        .and_then(|v| u64::try_from(v).ok())
-        .unwrap_or(0)
-}
-
-fn ttl_secs(ms: Millis) -> i64 {
-    (ms + 999).div_euclid(1000)
-}
-
-fn key(pk_value: String, sk_value: String) -> Item {
-    HashMap::from([
-        ("pk".to_owned(), s(pk_value)),
-        ("sk".to_owned(), s(sk_value)),
-    ])
-}
-
-/// Maps a non-transactional SDK failure: throttling and transport trouble are `unavailable`.
-fn sdk_err<E, R>(op: &str, e: SdkError<E, R>) -> StoreError
-where
-    E: ProvideErrorMetadata + std::fmt::Debug,
-    R: std::fmt::Debug,
-{
-    match &e {
-        SdkError::ServiceError(ctx) => {
-            let code = ctx.err().code().unwrap_or("");
-            let message = format!("{op}: {code}: {}", ctx.err().message().unwrap_or(""));
-            if code.contains("Throttl")
-                || code.contains("ProvisionedThroughputExceeded")
-                || code.contains("RequestLimitExceeded")
-                || code.contains("InternalServerError")
-                || code.contains("ServiceUnavailable")
-                || code.contains("TransactionInProgress")
-                || code.contains("TransactionConflict")
-                || code.contains("ReplicatedWriteConflict")
-            {
-                StoreError::Unavailable(message)
-            } else {
-                StoreError::Internal(message)
-            }
-        }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            StoreError::Unavailable(format!("{op}: {e:?}"))
-        }
-        _ => StoreError::Internal(format!("{op}: {e:?}")),
-    }
-}
-
-fn record_from(item: &Item) -> StoreResult<AddressRecord> {
-    let id = get_s(item, "id").ok_or_else(|| StoreError::Internal("META without id".into()))?;
-    Ok(AddressRecord {
-        id,
-        name: get_s(item, "name"),
-        task_id: get_s(item, "task_id"),
-        email: get_s(item, "email").unwrap_or_default(),
-        created_at: get_i(item, "created_at").unwrap_or(0),
-        expires_at: get_i(item, "expires_at"),
-        deleted_at: get_i(item, "deleted_at"),
-        token_hash: get_s(item, "token_hash").unwrap_or_default(),
-        inbox_hash: get_s(item, "inbox_hash").unwrap_or_default(),
-        last_sequence: get_u(item, "seq"),
-        state_keys: get_u(item, "state_keys"),
-        state_bytes: get_u(item, "state_bytes"),
-    })
-}
-
-fn event_from(item: &Item, data: String) -> Event {
-    Event {
-        id: get_s(item, "id").unwrap_or_default(),
-        sequence: get_u(item, "seq"),
-        event_type: get_s(item, "type").unwrap_or_default(),
-        source: get_s(item, "source"),
-        ingress: get_s(item, "ingress")
-            .as_deref()
-            .and_then(Ingress::parse)
-            .unwrap_or(Ingress::Http),
-        received_at: get_i(item, "received_at").unwrap_or(0),
-        acknowledged_at: get_i(item, "acked_at"),
-        data,
-        http: get_s(item, "http"),
-    }
-}
-
-/// Splits `text` into pieces of at most `max` bytes, on character boundaries.
-pub fn split_utf8(text: &str, max: usize) -> Vec<&str> {
-    let mut parts = Vec::new();
-    let mut rest = text;
-    while rest.len() > max {
-        let mut cut = max;
-        while cut > 0 && !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let (head, tail) = rest.split_at(cut.max(1));
-        parts.push(head);
-        rest = tail;
-    }
-    parts.push(rest);
-    parts
 }
 
 /// How a cancelled append transaction is to be answered.
@@ -1603,48 +1384,6 @@ impl Store for DynamoStore {
 
     async fn sweep(&self, _limits: &Limits, _now: Millis) -> StoreResult<SweepReport> {
         Ok(SweepReport::default())
-    }
-}
-
-/// Where the DynamoDB deployment keeps its data.
-#[derive(Debug, Clone, clap::Args)]
-pub struct AwsConfig {
-    /// The DynamoDB table (single-table design).
-    #[arg(long, env = "AGENTADDRESS_TABLE")]
-    pub table: String,
-
-    /// The SQS queue that purges deleted addresses (DELETE sends to it).
-    #[arg(long, env = "AGENTADDRESS_PURGE_QUEUE_URL")]
-    pub purge_queue_url: Option<String>,
-}
-
-#[derive(clap::Parser)]
-struct AwsEnvOnly {
-    #[command(flatten)]
-    aws: AwsConfig,
-}
-
-impl AwsConfig {
-    /// Reads `AGENTADDRESS_TABLE` and `AGENTADDRESS_PURGE_QUEUE_URL` from the environment.
-    pub fn from_env() -> Result<Self, String> {
-        <AwsEnvOnly as clap::Parser>::try_parse_from(["agentaddress"])
-            .map(|c| c.aws)
-            .map_err(|e| e.to_string())
-    }
-
-    /// The DynamoDB store this configuration names, with SDK clients configured from the
-    /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
-    /// DynamoDB's retry policy ([`client_config`]).
-    pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
-        let sdk = aws_config::load_from_env().await;
-        let store = DynamoStore::new(DynamoStore::client(&sdk), &self.table, tombstone_seconds);
-        match &self.purge_queue_url {
-            Some(url) => store.with_purge_queue(PurgeQueue {
-                client: aws_sdk_sqs::Client::new(&sdk),
-                queue_url: url.clone(),
-            }),
-            None => store,
-        }
     }
 }
 

@@ -1,0 +1,45 @@
+//! The deployment's configuration: which table, which purge queue.
+
+use crate::{DynamoStore, PurgeQueue};
+
+/// Where the DynamoDB deployment keeps its data.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AwsConfig {
+    /// The DynamoDB table (single-table design).
+    #[arg(long, env = "AGENTADDRESS_TABLE")]
+    pub table: String,
+
+    /// The SQS queue that purges deleted addresses (DELETE sends to it).
+    #[arg(long, env = "AGENTADDRESS_PURGE_QUEUE_URL")]
+    pub purge_queue_url: Option<String>,
+}
+
+#[derive(clap::Parser)]
+struct AwsEnvOnly {
+    #[command(flatten)]
+    aws: AwsConfig,
+}
+
+impl AwsConfig {
+    /// Reads `AGENTADDRESS_TABLE` and `AGENTADDRESS_PURGE_QUEUE_URL` from the environment.
+    pub fn from_env() -> Result<Self, String> {
+        <AwsEnvOnly as clap::Parser>::try_parse_from(["agentaddress"])
+            .map(|c| c.aws)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The DynamoDB store this configuration names, with SDK clients configured from the
+    /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
+    /// DynamoDB's retry policy ([`client_config`]).
+    pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
+        let sdk = aws_config::load_from_env().await;
+        let store = DynamoStore::new(DynamoStore::client(&sdk), &self.table, tombstone_seconds);
+        match &self.purge_queue_url {
+            Some(url) => store.with_purge_queue(PurgeQueue {
+                client: aws_sdk_sqs::Client::new(&sdk),
+                queue_url: url.clone(),
+            }),
+            None => store,
+        }
+    }
+}
