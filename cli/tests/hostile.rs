@@ -17,6 +17,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use agentaddress_blackbox::{Address, Client};
+use common::raw::{parse_answer, path_of, read_answer, Answer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -33,15 +34,6 @@ fn socket_addr(base: &str) -> SocketAddr {
     base.strip_prefix("http://")
         .and_then(|a| a.parse().ok())
         .unwrap_or_else(|| panic!("not an http://ip:port URL: {base}"))
-}
-
-fn path_of(url: &str) -> String {
-    let rest = url
-        .strip_prefix("http://")
-        .unwrap_or_else(|| panic!("not an http URL: {url}"));
-    rest.find('/')
-        .map(|i| rest[i..].to_owned())
-        .unwrap_or_else(|| panic!("no path in {url}"))
 }
 
 /// A connection from the loopback address `from` (127.0.0.x: one "client IP" per test role),
@@ -77,80 +69,6 @@ async fn read_until_closed(sock: &mut TcpStream, limit: Duration) -> (Vec<u8>, O
         match tokio::time::timeout(left, sock.read(&mut buf)).await {
             Err(_) => return (got, None),
             Ok(Ok(0)) | Ok(Err(_)) => return (got, Some(started.elapsed())),
-            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-        }
-    }
-}
-
-/// A raw HTTP/1.1 answer: status, lower-cased headers, body.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "answer {} is not JSON ({e}): {}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-}
-
-fn parse_answer(bytes: &[u8]) -> Option<Answer> {
-    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&bytes[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    let body = bytes[end + 4..].to_vec();
-    Some(Answer {
-        status,
-        headers,
-        body,
-    })
-}
-
-/// Reads one whole answer (with a `Content-Length`) within `limit`.
-async fn read_answer(sock: &mut TcpStream, limit: Duration) -> Answer {
-    let started = Instant::now();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
-    loop {
-        if let Some(a) = parse_answer(&got) {
-            let len: usize = a
-                .header("content-length")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            if a.body.len() >= len {
-                return a;
-            }
-        }
-        let left = limit.saturating_sub(started.elapsed());
-        match tokio::time::timeout(left, sock.read(&mut buf)).await {
-            Err(_) => panic!(
-                "no whole answer within {limit:?}; got {:?}",
-                String::from_utf8_lossy(&got)
-            ),
-            Ok(Ok(0)) | Ok(Err(_)) => panic!(
-                "the connection closed before a whole answer; got {:?}",
-                String::from_utf8_lossy(&got)
-            ),
             Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
         }
     }

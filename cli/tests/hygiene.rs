@@ -8,8 +8,9 @@ mod common;
 use std::time::Duration;
 
 use agentaddress_blackbox::{Address, Client};
+use common::raw::{path_of, read_answer, Answer};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 async fn server() -> (tokio::process::Child, String, tempfile::TempDir) {
@@ -25,61 +26,6 @@ fn authority(base: &str) -> &str {
         .unwrap_or_else(|| panic!("not an http URL: {base}"))
 }
 
-/// Path part of an absolute URL.
-fn path_of(url: &str) -> String {
-    let rest = url
-        .split_once("://")
-        .map(|(_, r)| r)
-        .unwrap_or_else(|| panic!("not an absolute URL: {url}"));
-    rest.find('/')
-        .map(|i| rest[i..].to_owned())
-        .unwrap_or_else(|| panic!("no path in {url}"))
-}
-
-/// One answer read off a raw socket.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    /// Header names lower-cased.
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "the answer ({}) is not JSON ({e}): {:?}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    /// The API's JSON error with `status` and `code`.
-    #[track_caller]
-    fn expect_error(&self, status: u16, code: &str, what: &str) {
-        let body = self.json();
-        assert_eq!(self.status, status, "{what}: {body}");
-        assert_eq!(body["error"]["code"], code, "{what}: {body}");
-        assert!(
-            body["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty()),
-            "{what}: {body}"
-        );
-        let ct = self.header("content-type").unwrap_or_default();
-        assert!(ct.starts_with("application/json"), "{what}: {ct}");
-    }
-}
-
 /// Writes `request` on a fresh connection to the server and reads one answer (head and a
 /// `Content-Length` body), within 10 s.
 async fn exchange(base: &str, request: &[u8]) -> Answer {
@@ -88,50 +34,12 @@ async fn exchange(base: &str, request: &[u8]) -> Answer {
         .unwrap_or_else(|e| panic!("connect: {e}"));
     // The server may answer from the head and stop reading: a failed write is not the test.
     let _ = sock.write_all(request).await;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let mut lines = head.split("\r\n");
-            let status_line = lines.next().unwrap_or_default();
-            let status = status_line
-                .split(' ')
-                .nth(1)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-                .collect();
-            let len: usize = headers
-                .iter()
-                .find(|(k, _)| k == "content-length")
-                .and_then(|(_, v)| v.parse().ok())
-                .unwrap_or_else(|| panic!("answer without Content-Length: {head}"));
-            while buf.len() < end + 4 + len {
-                let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk))
-                    .await
-                    .unwrap_or_else(|_| panic!("the answer's body did not arrive"))
-                    .unwrap_or_else(|e| panic!("reading the answer: {e}"));
-                assert!(n > 0, "the connection closed inside the answer's body");
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = buf[end + 4..end + 4 + len].to_vec();
-            return Answer {
-                status,
-                headers,
-                body,
-            };
-        }
-        let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk))
-            .await
-            .unwrap_or_else(|_| panic!("no answer within 10 s; got {buf:?}"))
-            .unwrap_or_else(|e| panic!("reading the answer: {e}"));
-        assert!(n > 0, "the connection closed before an answer: {buf:?}");
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    let answer = read_answer(&mut sock, Duration::from_secs(10)).await;
+    assert!(
+        answer.header("content-length").is_some(),
+        "answer without Content-Length: {answer:?}"
+    );
+    answer
 }
 
 /// A request with `head_lines` (each without CRLF) and a `Content-Length` body.

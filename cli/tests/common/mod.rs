@@ -2,6 +2,8 @@
 // Each test crate includes this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
