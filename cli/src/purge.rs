@@ -39,7 +39,7 @@ async fn work(args: PurgeArgs) -> ExitCode {
         purge_queue_url: Some(args.queue_url.clone()),
     };
     let store = aws.store(args.service.tombstone_seconds).await;
-    let sdk = aws_config::load_from_env().await;
+    let sdk = agentaddress_dynamodb::sdk_config().await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     tracing::info!(queue = %args.queue_url, table = %args.table, "purge worker started");
     loop {

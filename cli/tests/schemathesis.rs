@@ -125,7 +125,7 @@ async fn schemathesis_finds_nothing() {
     let mut routed: Vec<(String, String)> = RouteGroup::REST
         .iter()
         .flat_map(|g| g.endpoints())
-        .map(|(m, p)| (m.to_string(), p.to_string()))
+        .map(|(m, p)| (m.to_string(), p))
         .collect();
     routed.sort();
     assert_eq!(

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use agentaddress_api::config::ServiceConfig;
-use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, RouteGroup};
+use agentaddress_api::routes::Shape;
+use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
 use agentaddress_dynamodb::{handle_purge_message, DynamoStore};
@@ -28,19 +29,26 @@ async fn store(service: &ServiceConfig) -> Result<DynamoStore, Error> {
     Ok(aws.store(service.tombstone_seconds).await)
 }
 
-/// Serves `groups` of the API as this Lambda function.
-pub async fn run_http(groups: &[RouteGroup]) -> Result<(), Error> {
-    run_http_with(groups, None).await
+/// Serves `groups` of the API as this Lambda function. A binary names the `static` of its own
+/// groups (`agentaddress_api::routes::groups`), so it links no other group's handlers.
+pub async fn run_http(groups: &[&'static Routes]) -> Result<(), Error> {
+    run_http_with(groups, None, &[]).await
 }
 
 /// [`run_http`], with what serves the MCP group (only the `mcp` function passes it, so only
-/// that binary links the MCP SDK).
-pub async fn run_http_with(groups: &[RouteGroup], mcp: Option<api::McpRoute>) -> Result<(), Error> {
+/// that binary links the MCP SDK), and the routes of `others` answered as served by another
+/// function (the `service` function, API Gateway's catch-all, passes every route's shape: see
+/// [`api::router_of`]).
+pub async fn run_http_with(
+    groups: &[&'static Routes],
+    mcp: Option<api::McpRoute>,
+    others: &[Shape],
+) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let store = store(&service).await?;
     let state = AppState::new(Arc::new(store), ApiConfig::from(&service));
-    let router = api::router_with(groups, state, mcp);
+    let router = api::router_of(groups, state, mcp, others);
     let app = tower::ServiceBuilder::new()
         .map_request(|mut req: lambda_http::Request| {
             let ip = match req.request_context_ref() {

@@ -34,8 +34,8 @@ fn expected_routes() -> BTreeSet<(String, String, String)> {
         .iter()
         .flat_map(|g| {
             g.endpoints()
-                .iter()
-                .map(|(m, p)| (m.to_string(), p.to_string(), g.function_name().to_owned()))
+                .into_iter()
+                .map(|(m, p)| (m.to_string(), p, g.function_name().to_owned()))
         })
         .collect()
 }

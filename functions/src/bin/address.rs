@@ -1,9 +1,9 @@
 //! Lambda function `address`: the Address routes of the API.
 #![forbid(unsafe_code)]
 
-use agentaddress_api::RouteGroup;
+use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&[RouteGroup::Address]).await
+    agentaddress_functions::run_http(&[&groups::ADDRESS]).await
 }

@@ -1,9 +1,9 @@
 //! Lambda function `create-address`: the CreateAddress routes of the API.
 #![forbid(unsafe_code)]
 
-use agentaddress_api::RouteGroup;
+use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&[RouteGroup::CreateAddress]).await
+    agentaddress_functions::run_http(&[&groups::CREATE_ADDRESS]).await
 }

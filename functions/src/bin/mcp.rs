@@ -3,9 +3,9 @@
 //! permissions of create-address, events and state together.
 #![forbid(unsafe_code)]
 
-use agentaddress_api::RouteGroup;
+use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http_with(&[RouteGroup::Mcp], Some(agentaddress_mcp::route)).await
+    agentaddress_functions::run_http_with(&[&groups::MCP], Some(agentaddress_mcp::route), &[]).await
 }

@@ -1,12 +1,13 @@
 //! Lambda function `service`: `/healthz`, `/openapi.json`, `/skill.md`, and every request no
-//! other function is routed (API Gateway's catch-all): it runs the whole router so that those
-//! get the contract's JSON 404 or 405. It holds no data permissions, and routed requests never
-//! reach it.
+//! other function is routed (API Gateway's catch-all), which gets the contract's JSON 404, or
+//! 405 with `Allow` for another method of a known path: it knows every route's method and path
+//! (`routes::SHAPES`) but links no other function's handlers. It holds no data permissions, and
+//! routed requests never reach it.
 #![forbid(unsafe_code)]
 
-use agentaddress_api::RouteGroup;
+use agentaddress_api::routes::{groups, SHAPES};
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&RouteGroup::ALL).await
+    agentaddress_functions::run_http_with(&[&groups::SERVICE], None, SHAPES).await
 }

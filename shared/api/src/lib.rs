@@ -16,12 +16,13 @@ pub mod hygiene;
 pub mod openapi;
 pub mod page_budget;
 mod request_log;
+pub mod routes;
 pub mod telemetry;
 
 use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::MethodRouter;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 use serde::Serialize;
@@ -29,6 +30,7 @@ use tokio::sync::watch;
 
 pub use error::ApiError;
 pub use extract::ClientIp;
+pub use routes::{RouteGroup, Routes};
 
 use crate::config::ServiceConfig;
 use crate::domain::{Clock, Limits, SystemClock};
@@ -94,132 +96,6 @@ impl AppState {
     }
 }
 
-/// The route groups, one per Lambda function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteGroup {
-    /// `POST /api/v1/addresses`
-    CreateAddress,
-    /// `GET`, `DELETE {root}`
-    Address,
-    /// `POST {inbox_url}`
-    Inbox,
-    /// `GET {root}/events`, `GET {root}/events/{event_id}`, `POST .../ack`
-    Events,
-    /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
-    State,
-    /// `/healthz`, `/openapi.json`, `/skill.md`
-    Service,
-    /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
-    Mcp,
-}
-
-impl RouteGroup {
-    pub const ALL: [RouteGroup; 7] = [
-        RouteGroup::CreateAddress,
-        RouteGroup::Address,
-        RouteGroup::Inbox,
-        RouteGroup::Events,
-        RouteGroup::State,
-        RouteGroup::Service,
-        RouteGroup::Mcp,
-    ];
-
-    /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
-    pub const REST: [RouteGroup; 6] = [
-        RouteGroup::CreateAddress,
-        RouteGroup::Address,
-        RouteGroup::Inbox,
-        RouteGroup::Events,
-        RouteGroup::State,
-        RouteGroup::Service,
-    ];
-
-    /// The name of the Lambda function (and binary) that serves this group.
-    pub fn function_name(self) -> &'static str {
-        match self {
-            RouteGroup::CreateAddress => "create-address",
-            RouteGroup::Address => "address",
-            RouteGroup::Inbox => "inbox",
-            RouteGroup::Events => "events",
-            RouteGroup::State => "state",
-            RouteGroup::Service => "service",
-            RouteGroup::Mcp => "mcp",
-        }
-    }
-
-    /// The (method, path) pairs this group serves, in the router's path syntax. Deployment
-    /// descriptions (`template.yaml`, the `cargo lambda watch` router) are checked against it.
-    pub fn endpoints(self) -> &'static [(&'static str, &'static str)] {
-        match self {
-            RouteGroup::CreateAddress => &[("POST", "/api/v1/addresses")],
-            RouteGroup::Address => &[
-                ("GET", "/api/v1/addresses/{address_id}"),
-                ("DELETE", "/api/v1/addresses/{address_id}"),
-            ],
-            RouteGroup::Inbox => &[("POST", "/api/v1/inbox/{address_id}/{inbox_secret}")],
-            RouteGroup::Events => &[
-                ("GET", "/api/v1/addresses/{address_id}/events"),
-                ("GET", "/api/v1/addresses/{address_id}/events/{event_id}"),
-                (
-                    "POST",
-                    "/api/v1/addresses/{address_id}/events/{event_id}/ack",
-                ),
-            ],
-            RouteGroup::State => &[
-                ("GET", "/api/v1/addresses/{address_id}/state"),
-                ("GET", "/api/v1/addresses/{address_id}/state/{key}"),
-                ("PUT", "/api/v1/addresses/{address_id}/state/{key}"),
-                ("DELETE", "/api/v1/addresses/{address_id}/state/{key}"),
-            ],
-            RouteGroup::Service => &[
-                ("GET", "/healthz"),
-                ("GET", "/openapi.json"),
-                ("GET", "/skill.md"),
-            ],
-            RouteGroup::Mcp => &[("POST", MCP_PATH)],
-        }
-    }
-
-    fn routes(self, state: &AppState, mcp: Option<McpRoute>) -> Router<AppState> {
-        use handlers::*;
-        let r = Router::new();
-        match self {
-            RouteGroup::CreateAddress => r.route("/api/v1/addresses", post(create_address)),
-            RouteGroup::Address => r.route(
-                "/api/v1/addresses/{address_id}",
-                get(inspect_address).delete(delete_address),
-            ),
-            RouteGroup::Inbox => {
-                r.route("/api/v1/inbox/{address_id}/{inbox_secret}", post(deliver))
-            }
-            RouteGroup::Events => r
-                .route("/api/v1/addresses/{address_id}/events", get(list_events))
-                .route(
-                    "/api/v1/addresses/{address_id}/events/{event_id}",
-                    get(get_event),
-                )
-                .route(
-                    "/api/v1/addresses/{address_id}/events/{event_id}/ack",
-                    post(ack_event),
-                ),
-            RouteGroup::State => r
-                .route("/api/v1/addresses/{address_id}/state", get(list_state))
-                .route(
-                    "/api/v1/addresses/{address_id}/state/{key}",
-                    get(get_state).put(put_state).delete(delete_state),
-                ),
-            RouteGroup::Service => r
-                .route("/healthz", get(healthz))
-                .route("/openapi.json", get(openapi_json))
-                .route("/skill.md", get(skill_md)),
-            RouteGroup::Mcp => match mcp {
-                Some(route) => r.route(MCP_PATH, route(state)),
-                None => r,
-            },
-        }
-    }
-}
-
 /// The path of the MCP endpoint (`RouteGroup::Mcp`).
 pub const MCP_PATH: &str = "/api/mcp";
 
@@ -241,10 +117,25 @@ pub fn router_for(groups: &[RouteGroup], state: AppState) -> Router {
 /// [`router_for`], with `mcp` serving [`RouteGroup::Mcp`] when `groups` has it (without one,
 /// that group adds no route).
 pub fn router_with(groups: &[RouteGroup], state: AppState, mcp: Option<McpRoute>) -> Router {
+    let groups: Vec<&'static Routes> = groups.iter().map(|g| g.routes()).collect();
+    router_of(&groups, state, mcp, &[])
+}
+
+/// The router of a Lambda function: the routes of `groups` (each names only its own handlers,
+/// so the function links no other), and `others` answered as routed elsewhere: the `service`
+/// function passes every route's shape ([`routes::SHAPES`]), so that another method of a known
+/// path gets its 405 and `Allow` as from the function that serves the path.
+pub fn router_of(
+    groups: &[&'static Routes],
+    state: AppState,
+    mcp: Option<McpRoute>,
+    others: &[routes::Shape],
+) -> Router {
     let mut app = Router::new();
     for g in groups {
-        app = app.merge(g.routes(&state, mcp));
+        app = g.add_to(app, &state, mcp);
     }
+    app = routes::add_shapes(app, groups, others);
     app.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(hygiene::HygieneLayer)

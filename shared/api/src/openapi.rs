@@ -12,7 +12,6 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use super::dto::*;
-use super::handlers::*;
 use crate::domain::Limits;
 
 /// Instructions for an agent; `{base}` is replaced by the public base URL.
@@ -177,10 +176,6 @@ impl Modify for Contract {
         title = "agentaddress",
         description = "Durable return addresses for AI agents: an inbox URL for webhooks, an ordered event feed with long polling, and small JSON state with compare-and-set.",
     ),
-    paths(
-        create_address, inspect_address, delete_address, deliver, list_events, get_event,
-        ack_event, list_state, get_state, put_state, delete_state, healthz, openapi_json, skill_md
-    ),
     components(schemas(
         AddressView, Credentials, Endpoints, CreatedAddress, CreateAddressRequest, UsageView,
         AddressDetails, Limits, EventRefView, DeliveryResult, EventView, EventPageView,
@@ -188,7 +183,6 @@ impl Modify for Contract {
         StateValue, PutStateRequest, StateWriteResult, StateDeleteResult, Health, ErrorDetail,
         ErrorBody
     )),
-    modifiers(&BearerAuth, &Contract),
     tags(
         (name = "addresses"), (name = "inbox"), (name = "events"), (name = "state"), (name = "service")
     )
@@ -198,6 +192,12 @@ struct ApiDoc;
 /// The OpenAPI document, with `base` as its server.
 pub fn document(base: &str) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
+    // Every REST route, from the one route table (`crate::routes`); then what the annotations
+    // cannot say, applied to them all.
+    doc.merge(crate::routes::RestPaths::openapi());
+    for modifier in [&BearerAuth as &dyn Modify, &Contract] {
+        modifier.modify(&mut doc);
+    }
     doc.info.version = env!("CARGO_PKG_VERSION").into();
     doc.servers = Some(vec![Server::new(base)]);
     doc

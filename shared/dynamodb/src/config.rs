@@ -32,7 +32,7 @@ impl AwsConfig {
     /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
     /// DynamoDB's retry policy ([`client_config`]).
     pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
-        let sdk = aws_config::load_from_env().await;
+        let sdk = sdk_config().await;
         let store = DynamoStore::new(DynamoStore::client(&sdk), &self.table, tombstone_seconds);
         match &self.purge_queue_url {
             Some(url) => store.with_purge_queue(PurgeQueue {
@@ -42,4 +42,19 @@ impl AwsConfig {
             None => store,
         }
     }
+}
+
+/// The AWS SDK configuration of every deployment and tool: region, credentials and endpoints
+/// from the environment (the SDK's standard variables, `AWS_ENDPOINT_URL*` included), with an
+/// HTTPS client on rustls with *ring* (the SDK's default would link aws-lc, about 1 MB more in
+/// every Lambda function).
+pub async fn sdk_config() -> aws_config::SdkConfig {
+    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+    let https = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(https)
+        .load()
+        .await
 }

@@ -54,7 +54,7 @@ mod item;
 
 use capacity::Tally;
 pub use capacity::{CapacityUsage, Metrics};
-pub use config::AwsConfig;
+pub use config::{sdk_config, AwsConfig};
 pub use item::split_utf8;
 use item::*;
 
@@ -287,7 +287,7 @@ impl DynamoStore {
     /// A client configured from the environment (`AWS_ENDPOINT_URL_DYNAMODB` and the rest of
     /// the SDK's standard variables), with [`client_config`]'s retry policy.
     pub async fn client_from_env() -> Client {
-        Self::client(&aws_config::load_from_env().await)
+        Self::client(&config::sdk_config().await)
     }
 
     /// A client of `sdk` with [`client_config`]'s retry policy.

@@ -59,7 +59,7 @@ struct Rig {
 impl Rig {
     async fn new(config: FaultConfig) -> Self {
         let upstream = endpoint();
-        let sdk = aws_config::load_from_env().await;
+        let sdk = agentaddress_dynamodb::sdk_config().await;
         let direct = DynamoStore::client(&sdk);
         let table = format!("faults-{}", ids::new_address_id());
         direct

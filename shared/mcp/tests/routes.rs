@@ -48,10 +48,10 @@ async fn endpoints_are_exactly_what_each_group_routes() {
         let app = agentaddress_mcp::router_for(&[group], state.clone());
         for (method, path) in group.endpoints() {
             assert!(
-                seen.insert((*method, *path)),
+                seen.insert((method, path.clone())),
                 "{method} {path} is listed twice"
             );
-            let (status, message) = error_code(&app, method, path).await;
+            let (status, message) = error_code(&app, method, &path).await;
             assert_ne!(
                 message, "No such route.",
                 "{method} {path} is not routed in {group:?}"
@@ -61,21 +61,21 @@ async fn endpoints_are_exactly_what_each_group_routes() {
                 if group
                     .endpoints()
                     .iter()
-                    .any(|(m, p)| m == &other && p == path)
+                    .any(|(m, p)| *m == other && *p == path)
                 {
                     continue;
                 }
-                let (status, _) = error_code(&app, other, path).await;
+                let (status, _) = error_code(&app, other, &path).await;
                 assert_eq!(status, 405, "{other} {path} should be 405 in {group:?}");
             }
         }
         let others: Vec<_> = RouteGroup::ALL.iter().filter(|g| **g != group).collect();
         for g in others {
             for (method, path) in g.endpoints() {
-                if group.endpoints().iter().any(|(_, p)| p == path) {
+                if group.endpoints().iter().any(|(_, p)| *p == path) {
                     continue;
                 }
-                let (status, _) = error_code(&app, method, path).await;
+                let (status, _) = error_code(&app, method, &path).await;
                 assert_eq!(status, 404, "{method} {path} leaks into {group:?}");
             }
         }
@@ -83,4 +83,69 @@ async fn endpoints_are_exactly_what_each_group_routes() {
     let names: std::collections::BTreeSet<_> =
         RouteGroup::ALL.iter().map(|g| g.function_name()).collect();
     assert_eq!(names.len(), RouteGroup::ALL.len());
+}
+
+/// The `service` function's router (API Gateway's catch-all): its own routes, every other
+/// route's method and path without its handler, and so the same 404 and 405 (with the same
+/// `Allow`) as the whole router — while a request routed to another function is not answered
+/// by a handler here.
+#[tokio::test]
+async fn the_catch_all_answers_404_and_405_like_the_whole_router() {
+    use agentaddress_api::routes::{groups, SHAPES};
+    let store = Arc::new(SqliteStore::open_in_memory().expect("store"));
+    let config = ApiConfig {
+        public_url: None,
+        email_domain: "x.test".into(),
+        limits: Limits::default(),
+    };
+    let state = AppState::new(store, config);
+    let whole = agentaddress_api::router(state.clone());
+    let service = agentaddress_api::router_of(&[&groups::SERVICE], state, None, SHAPES);
+    let mut paths: Vec<String> = RouteGroup::REST
+        .iter()
+        .flat_map(|g| g.endpoints())
+        .map(|(_, p)| p)
+        .collect();
+    paths.push("/api/v1/nothing/here".into());
+    paths.push("/".into());
+    for path in &paths {
+        for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+            let routed = RouteGroup::REST.iter().find(|g| {
+                g.endpoints()
+                    .iter()
+                    .any(|(m, p)| p == path && (*m == method || (*m == "GET" && method == "HEAD")))
+            });
+            let (status, _) = error_code(&service, method, path).await;
+            match routed {
+                Some(RouteGroup::Service) | None => {
+                    let (expected, _) = error_code(&whole, method, path).await;
+                    assert_eq!(status, expected, "{method} {path}");
+                    if expected == 405 {
+                        assert_eq!(
+                            allow(&service, method, path).await,
+                            allow(&whole, method, path).await,
+                            "{method} {path}: the same Allow"
+                        );
+                    }
+                }
+                Some(g) => assert_eq!(
+                    status, 500,
+                    "{method} {path} belongs to {g:?}, not answered by the catch-all"
+                ),
+            }
+        }
+    }
+}
+
+async fn allow(app: &axum::Router, method: &str, path: &str) -> Option<String> {
+    let req = Request::builder()
+        .method(method)
+        .uri(concrete(path))
+        .body(Body::empty())
+        .expect("request");
+    let resp = app.clone().oneshot(req).await.expect("answer");
+    resp.headers()
+        .get(http::header::ALLOW)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }

@@ -1,0 +1,255 @@
+//! Every route of the HTTP API, declared once: the table at the end of this file names, for each
+//! route group (one Lambda function each), the handlers it serves. A handler's method and path
+//! are those of its `#[utoipa::path]` annotation, so the router ([`crate::router_for`]), the
+//! OpenAPI document's paths ([`RestPaths`]), [`RouteGroup::endpoints`] and the deployment checks
+//! (`template.yaml` and the `cargo lambda watch` router are tested against `endpoints`) all read
+//! the same declaration.
+//!
+//! Each group's table is a `static` of its own ([`groups`]): a Lambda function names only its
+//! own group, so it links only that group's handlers. The `service` function, which answers
+//! every request no other function is given (docs/API.md §0: 404 for an unknown path, 405 with
+//! `Allow` for another method of a known one), needs every route's method and path but none of
+//! the other groups' handlers: [`Shape`] is that half of a route.
+
+use axum::routing::{MethodFilter, MethodRouter};
+use axum::Router;
+use utoipa::openapi::path::HttpMethod;
+
+use crate::{ApiError, AppState, McpRoute, MCP_PATH};
+
+/// The route groups, one per Lambda function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteGroup {
+    /// `POST /api/v1/addresses`
+    CreateAddress,
+    /// `GET`, `DELETE {root}`
+    Address,
+    /// `POST {inbox_url}`
+    Inbox,
+    /// `GET {root}/events`, `GET {root}/events/{event_id}`, `POST .../ack`
+    Events,
+    /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
+    State,
+    /// `/healthz`, `/openapi.json`, `/skill.md`, and every request no other group serves
+    Service,
+    /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
+    Mcp,
+}
+
+impl RouteGroup {
+    pub const ALL: [RouteGroup; 7] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+        RouteGroup::Mcp,
+    ];
+
+    /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
+    pub const REST: [RouteGroup; 6] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+    ];
+
+    /// This group's routes (links every group's handlers: a Lambda function names its own
+    /// `static` in [`groups`] instead).
+    pub fn routes(self) -> &'static Routes {
+        match self {
+            RouteGroup::CreateAddress => &groups::CREATE_ADDRESS,
+            RouteGroup::Address => &groups::ADDRESS,
+            RouteGroup::Inbox => &groups::INBOX,
+            RouteGroup::Events => &groups::EVENTS,
+            RouteGroup::State => &groups::STATE,
+            RouteGroup::Service => &groups::SERVICE,
+            RouteGroup::Mcp => &groups::MCP,
+        }
+    }
+
+    /// The name of the Lambda function (and binary) that serves this group.
+    pub fn function_name(self) -> &'static str {
+        self.routes().function
+    }
+
+    /// The (method, path) pairs this group serves, in the router's path syntax (`{param}`),
+    /// methods in capitals. Deployment descriptions (`template.yaml`, the `cargo lambda watch`
+    /// router) are checked against it.
+    pub fn endpoints(self) -> Vec<(&'static str, String)> {
+        self.routes().endpoints()
+    }
+}
+
+/// The half of a route every function may link: its method and path.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    /// The handler's name, which is also its OpenAPI `operationId`.
+    pub operation: &'static str,
+    /// The method of the handler's `#[utoipa::path]` annotation (one per handler).
+    method: fn() -> Vec<HttpMethod>,
+    /// The path of the handler's `#[utoipa::path]` annotation.
+    path: fn() -> String,
+}
+
+impl Shape {
+    /// The method, in capitals (`GET`…).
+    pub fn method(&self) -> &'static str {
+        match (self.method)().first() {
+            Some(HttpMethod::Get) => "GET",
+            Some(HttpMethod::Post) => "POST",
+            Some(HttpMethod::Put) => "PUT",
+            Some(HttpMethod::Delete) => "DELETE",
+            Some(HttpMethod::Patch) => "PATCH",
+            Some(HttpMethod::Head) => "HEAD",
+            Some(HttpMethod::Options) => "OPTIONS",
+            Some(HttpMethod::Trace) => "TRACE",
+            None => "",
+        }
+    }
+
+    pub fn path(&self) -> String {
+        (self.path)()
+    }
+
+    fn filter(&self) -> MethodFilter {
+        match (self.method)().first() {
+            Some(HttpMethod::Post) => MethodFilter::POST,
+            Some(HttpMethod::Put) => MethodFilter::PUT,
+            Some(HttpMethod::Delete) => MethodFilter::DELETE,
+            Some(HttpMethod::Patch) => MethodFilter::PATCH,
+            Some(HttpMethod::Head) => MethodFilter::HEAD,
+            Some(HttpMethod::Options) => MethodFilter::OPTIONS,
+            Some(HttpMethod::Trace) => MethodFilter::TRACE,
+            // GET also answers HEAD (axum).
+            Some(HttpMethod::Get) | None => MethodFilter::GET,
+        }
+    }
+}
+
+/// One route: its shape, and the handler that serves it.
+pub struct Route {
+    pub shape: Shape,
+    serve: fn(MethodFilter) -> MethodRouter<AppState>,
+}
+
+/// The routes of one group.
+pub struct Routes {
+    pub group: RouteGroup,
+    /// The Lambda function (and binary) that serves the group.
+    pub function: &'static str,
+    pub routes: &'static [Route],
+}
+
+impl Routes {
+    pub fn endpoints(&self) -> Vec<(&'static str, String)> {
+        if self.group == RouteGroup::Mcp {
+            return vec![("POST", MCP_PATH.to_owned())];
+        }
+        self.routes
+            .iter()
+            .map(|r| (r.shape.method(), r.shape.path()))
+            .collect()
+    }
+
+    /// Adds this group's routes to `router` (the MCP group's one route is `mcp`'s, if given).
+    pub(crate) fn add_to(
+        &self,
+        mut router: Router<AppState>,
+        state: &AppState,
+        mcp: Option<McpRoute>,
+    ) -> Router<AppState> {
+        if self.group == RouteGroup::Mcp {
+            return match mcp {
+                Some(route) => router.route(MCP_PATH, route(state)),
+                None => router,
+            };
+        }
+        for route in self.routes {
+            router = router.route(&route.shape.path(), (route.serve)(route.shape.filter()));
+        }
+        router
+    }
+}
+
+/// Adds every route of `shapes` that `router` does not serve yet, answered by
+/// [`not_served_here`]: a request for it that reaches this router was sent to the wrong Lambda
+/// function. Other methods of these paths then get the same 405 (with the same `Allow`) as from
+/// the function that serves the path.
+pub(crate) fn add_shapes(
+    mut router: Router<AppState>,
+    served: &[&Routes],
+    shapes: &[Shape],
+) -> Router<AppState> {
+    let served: Vec<(&str, String)> = served.iter().flat_map(|g| g.endpoints()).collect();
+    for shape in shapes {
+        let (method, path) = (shape.method(), shape.path());
+        if !served.iter().any(|(m, p)| *m == method && *p == path) {
+            router = router.route(&path, axum::routing::on(shape.filter(), not_served_here));
+        }
+    }
+    router
+}
+
+async fn not_served_here() -> ApiError {
+    ApiError::Internal("a route reached a Lambda function that does not serve it".into())
+}
+
+/// Declares the groups: for each, its `static` in [`groups`], its function's name and its
+/// handlers (functions of `crate::handlers` with a `#[utoipa::path]` annotation). Also derives
+/// [`SHAPES`] (every REST route's shape) and [`RestPaths`] (the OpenAPI paths of them all).
+macro_rules! route_table {
+    ($( $group:ident $name:ident $function:literal [ $( $handler:ident ),* $(,)? ] )*) => {
+        pastey::paste! {
+            /// Each group's routes, one `static` per group.
+            pub mod groups {
+                use super::*;
+                use crate::handlers::*;
+                $(
+                    pub static $name: Routes = Routes {
+                        group: RouteGroup::$group,
+                        function: $function,
+                        routes: &[$(
+                            Route {
+                                shape: Shape {
+                                    operation: stringify!($handler),
+                                    method: <[<__path_ $handler>] as utoipa::Path>::methods,
+                                    path: <[<__path_ $handler>] as utoipa::Path>::path,
+                                },
+                                serve: |filter| axum::routing::on(filter, $handler),
+                            },
+                        )*],
+                    };
+                )*
+            }
+
+            /// The shape of every REST route.
+            pub static SHAPES: &[Shape] = &[$($(
+                Shape {
+                    operation: stringify!($handler),
+                    method: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::methods,
+                    path: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::path,
+                },
+            )*)*];
+
+            /// The OpenAPI paths of every REST route (nested into the document by
+            /// [`crate::openapi`]).
+            #[derive(utoipa::OpenApi)]
+            #[openapi(paths($($(crate::handlers::$handler),*),*))]
+            pub struct RestPaths;
+        }
+    };
+}
+
+route_table! {
+    CreateAddress CREATE_ADDRESS "create-address" [create_address]
+    Address ADDRESS "address" [inspect_address, delete_address]
+    Inbox INBOX "inbox" [deliver]
+    Events EVENTS "events" [list_events, get_event, ack_event]
+    State STATE "state" [list_state, get_state, put_state, delete_state]
+    Service SERVICE "service" [healthz, openapi_json, skill_md]
+    Mcp MCP "mcp" []
+}
