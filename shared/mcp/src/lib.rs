@@ -39,6 +39,10 @@ use serde_json::{json, Map, Value};
 use tower::ServiceExt;
 
 use agentaddress_api::extract::{client_ip, ClientIp};
+use agentaddress_api::request::{
+    field_names, json_schema, CreateAddressRequest, DeleteStateParams, FeedParams, Fields,
+    PutStateRequest,
+};
 use agentaddress_api::{AppState, RouteGroup};
 
 /// The path of the MCP endpoint.
@@ -427,9 +431,6 @@ const ADDRESS_ID: &str = "The address id (`address.id`, `addr_…`) from create_
 const READ_TOKEN: &str = "The address's read token (`credentials.read_token`, `aat_…`), \
     shown once by create_return_address. Secret: never share it.";
 const KEY: &str = "A state key: 1 to 128 letters, digits and `. _ : -`, not only dots.";
-const IF_REVISION: &str = "Compare-and-set: 0 = only if the key does not exist (create only), \
-    N = only if the key's current revision is N. Absent = unconditional. A mismatch is the \
-    error revision_conflict, with error.current_revision (null when the key does not exist).";
 
 fn obj(value: Value) -> Arc<JsonObject> {
     match value {
@@ -438,80 +439,68 @@ fn obj(value: Value) -> Arc<JsonObject> {
     }
 }
 
+/// A tool's input schema: the fields MCP adds (the path parameters and the read token of the
+/// REST request the tool stands for), then the fields of the request's body or query string,
+/// generated from the same struct that the REST handler parses into and `/openapi.json` shows
+/// (`agentaddress_api::request`).
 fn input_schema(kind: ToolKind) -> Value {
     let address_id =
         json!({"type": "string", "description": ADDRESS_ID, "pattern": "^[A-Za-z0-9_-]{1,64}$"});
     let read_token = json!({"type": "string", "description": READ_TOKEN});
     let key = json!({"type": "string", "description": KEY, "pattern": "^[A-Za-z0-9._:-]{1,128}$"});
-    let if_revision = json!({"type": "integer", "minimum": 0, "description": IF_REVISION});
+    let bearer = || {
+        vec![
+            ("address_id", address_id.clone(), true),
+            ("read_token", read_token.clone(), true),
+        ]
+    };
+    let (mut own, generated) = match kind {
+        ToolKind::CreateReturnAddress => (vec![], Some(json_schema::<CreateAddressRequest>())),
+        ToolKind::PollEvents => (bearer(), Some(json_schema::<FeedParams>())),
+        ToolKind::AcknowledgeEvent => (bearer(), None),
+        ToolKind::GetState => (bearer(), None),
+        ToolKind::SetState => (bearer(), Some(json_schema::<PutStateRequest>())),
+        ToolKind::DeleteState => (bearer(), Some(json_schema::<DeleteStateParams>())),
+    };
     match kind {
-        ToolKind::CreateReturnAddress => json!({
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "minLength": 1, "maxLength": 200,
-                         "description": "A label for people reading the address (optional)."},
-                "task_id": {"type": "string", "minLength": 1, "maxLength": 200,
-                            "description": "Your own id for the task this address serves (optional)."},
-                "expires_in_seconds": {"type": "integer", "minimum": 60, "maximum": 31_536_000,
-                                       "description": "Lifetime in seconds (60 to 31536000). Absent = never expires."},
-            },
-        }),
-        ToolKind::PollEvents => json!({
-            "type": "object",
-            "properties": {
-                "address_id": address_id,
-                "read_token": read_token,
-                "after": {"type": "integer", "minimum": 0,
-                          "description": "Return events with sequence > after (default 0). Pass the previous next_cursor."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100,
-                          "description": "Most events to return, 1 to 100 (default 100)."},
-                "wait": {"type": "number", "minimum": 0,
-                         "description": "Seconds to wait for the first event when none is there yet (default 0). At most 25 are used: larger values are clamped to 25."},
-            },
-            "required": ["address_id", "read_token"],
-        }),
-        ToolKind::AcknowledgeEvent => json!({
-            "type": "object",
-            "properties": {
-                "address_id": address_id,
-                "read_token": read_token,
-                "event_id": {"type": "string", "description": "The event's id (`evt_…`).",
-                             "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-            },
-            "required": ["address_id", "read_token", "event_id"],
-        }),
-        ToolKind::GetState => json!({
-            "type": "object",
-            "properties": {
-                "address_id": address_id,
-                "read_token": read_token,
-                "key": {"type": "string", "description": "The key to read. Absent (or empty) = list the keys instead."},
-            },
-            "required": ["address_id", "read_token"],
-        }),
-        ToolKind::SetState => json!({
-            "type": "object",
-            "properties": {
-                "address_id": address_id,
-                "read_token": read_token,
-                "key": key,
-                "value": {"description": "Any JSON value (object, array, string, number, boolean or null)."},
-                "if_revision": if_revision,
-            },
-            "required": ["address_id", "read_token", "key", "value"],
-        }),
-        ToolKind::DeleteState => json!({
-            "type": "object",
-            "properties": {
-                "address_id": address_id,
-                "read_token": read_token,
-                "key": key,
-                "if_revision": {"type": "integer", "minimum": 0,
-                                "description": "Delete only if the key's current revision is this one. Absent = unconditional."},
-            },
-            "required": ["address_id", "read_token", "key"],
-        }),
+        ToolKind::AcknowledgeEvent => own.push((
+            "event_id",
+            json!({"type": "string", "description": "The event's id (`evt_…`).",
+                   "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+            true,
+        )),
+        ToolKind::GetState => own.push((
+            "key",
+            json!({"type": "string",
+                   "description": "The key to read. Absent (or empty) = list the keys instead."}),
+            false,
+        )),
+        ToolKind::SetState | ToolKind::DeleteState => own.push(("key", key, true)),
+        _ => {}
     }
+    let mut properties = Map::new();
+    let mut required = Vec::new();
+    for (name, schema, is_required) in own {
+        properties.insert(name.into(), schema);
+        if is_required {
+            required.push(Value::from(name));
+        }
+    }
+    if let Some(schema) = generated {
+        if let Some(p) = schema.get("properties").and_then(Value::as_object) {
+            properties.extend(p.clone());
+        }
+        if let Some(r) = schema.get("required").and_then(Value::as_array) {
+            required.extend(r.iter().cloned());
+        }
+    }
+    let mut schema = Map::new();
+    schema.insert("type".into(), json!("object"));
+    schema.insert("properties".into(), Value::Object(properties));
+    if !required.is_empty() {
+        schema.insert("required".into(), Value::Array(required));
+    }
+    Value::Object(schema)
 }
 
 fn description(kind: ToolKind) -> String {
@@ -793,7 +782,19 @@ fn query_text(arg: Option<&Value>) -> Option<String> {
     }
 }
 
-fn with_query(path: String, params: &[(&str, Option<String>)]) -> String {
+/// The query parameters of a query struct (`agentaddress_api::request`), from the arguments of
+/// the same names.
+fn query<T: Fields>(args: &JsonObject) -> Vec<(String, Option<String>)> {
+    field_names::<T>()
+        .into_iter()
+        .map(|name| {
+            let value = query_text(args.get(&name));
+            (name, value)
+        })
+        .collect()
+}
+
+fn with_query(path: String, params: &[(String, Option<String>)]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     let mut any = false;
     for (name, value) in params {
@@ -826,14 +827,7 @@ fn rest_request(
         ),
         ToolKind::PollEvents => (
             Method::GET,
-            with_query(
-                format!("{}/events", root()),
-                &[
-                    ("after", query_text(args.get("after"))),
-                    ("limit", query_text(args.get("limit"))),
-                    ("wait", query_text(args.get("wait"))),
-                ],
-            ),
+            with_query(format!("{}/events", root()), &query::<FeedParams>(args)),
             None,
         ),
         ToolKind::AcknowledgeEvent => (
@@ -854,9 +848,9 @@ fn rest_request(
         },
         ToolKind::SetState => {
             let mut body = Map::new();
-            for field in ["value", "if_revision"] {
-                if let Some(v) = args.get(field) {
-                    body.insert(field.into(), v.clone());
+            for field in field_names::<PutStateRequest>() {
+                if let Some(v) = args.get(&field) {
+                    body.insert(field, v.clone());
                 }
             }
             (
@@ -869,7 +863,7 @@ fn rest_request(
             Method::DELETE,
             with_query(
                 format!("{}/state/{}", root(), segment(args.get("key"))),
-                &[("if_revision", query_text(args.get("if_revision")))],
+                &query::<DeleteStateParams>(args),
             ),
             None,
         ),
@@ -973,6 +967,44 @@ mod tests {
         ] {
             assert_eq!(code(ok), None, "{ok}");
         }
+    }
+
+    #[test]
+    fn input_schemas_come_from_the_request_structs() {
+        use agentaddress_api::request::{EXPIRES_IN_MAX_SECONDS, FEED_LIMIT_MAX, LABEL_MAX_CHARS};
+        let input = |name: &str| {
+            let tool = TOOLS.iter().find(|t| t.name == name).expect("tool");
+            Value::Object(tool.input_schema.as_ref().clone())
+        };
+        let create = input("create_return_address");
+        let props = &create["properties"];
+        assert_eq!(props["name"]["maxLength"], LABEL_MAX_CHARS);
+        assert_eq!(
+            props["expires_in_seconds"]["maximum"],
+            EXPIRES_IN_MAX_SECONDS
+        );
+        assert!(create.get("required").is_none(), "{create}");
+        let poll = input("poll_events");
+        assert_eq!(poll["properties"]["limit"]["maximum"], FEED_LIMIT_MAX);
+        assert_eq!(poll["properties"]["wait"]["type"], "number");
+        assert_eq!(poll["required"], json!(["address_id", "read_token"]));
+        assert_eq!(
+            input("set_state")["required"],
+            json!(["address_id", "read_token", "key", "value"])
+        );
+        let delete = input("delete_state");
+        assert_eq!(delete["properties"]["if_revision"]["minimum"], 0);
+        assert_eq!(
+            delete["required"],
+            json!(["address_id", "read_token", "key"])
+        );
+        assert_eq!(
+            input("acknowledge_event")["required"],
+            json!(["address_id", "read_token", "event_id"])
+        );
+        let get = input("get_state");
+        assert_eq!(get["required"], json!(["address_id", "read_token"]));
+        assert!(get["properties"]["key"].is_object());
     }
 
     #[test]
