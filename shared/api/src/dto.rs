@@ -272,7 +272,8 @@ pub struct Health {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// One of the codes of the catalogue (the API contract, §9).
+    /// One of the codes of the catalogue (docs/API.md §9).
+    #[schema(schema_with = super::error::code_schema)]
     pub code: String,
     pub message: String,
     /// With `revision_conflict`: the key's current revision, `null` when it does not exist.
