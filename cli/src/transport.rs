@@ -58,7 +58,7 @@ use agentaddress_api::hygiene::SocketRequest;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::Request;
-use axum::http::{header, HeaderValue, StatusCode, Version};
+use axum::http::{header, HeaderValue, Version};
 use axum::response::{IntoResponse, Response};
 use axum::serve::IncomingStream;
 use futures::task::AtomicWaker;
@@ -181,8 +181,8 @@ impl Registry {
 }
 
 fn refusal(message: &str) -> Vec<u8> {
-    let body =
-        serde_json::json!({"error": {"code": "unavailable", "message": message}}).to_string();
+    let code = agentaddress_api::error::ErrorCode::Unavailable.as_str();
+    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json; charset=utf-8\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
@@ -678,12 +678,13 @@ where
 /// 408 `request_timeout` (docs/API.md "Connections"): the body stopped coming or came too
 /// slowly. The handler saw its body fail; this answer replaces whatever it made of that.
 fn body_timeout_response() -> Response {
+    let code = agentaddress_api::error::ErrorCode::RequestTimeout;
     let body = serde_json::json!({"error": {
-        "code": "request_timeout",
-        "message": "The request body did not arrive in time; send the request again.",
+        "code": code.as_str(),
+        "message": code.default_message(),
     }});
     (
-        StatusCode::REQUEST_TIMEOUT,
+        code.status(),
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json; charset=utf-8"),

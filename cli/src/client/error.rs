@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use agentaddress_api::error::ErrorCode;
 use serde_json::{json, Map, Value};
 
 /// Exit codes of the client commands (docs/CLI.md lists them).
@@ -76,19 +77,50 @@ impl CliError {
     }
 }
 
-/// The exit code of an error code (unknown codes: 1).
-pub fn exit_code_for(code: &str) -> u8 {
+/// The client's own error codes (docs/CLI.md, "Errors and exit codes"), each with its exit
+/// code. None is a code of the API's catalogue ([`ErrorCode`]).
+pub const CLIENT_CODES: &[(&str, u8)] = &[
+    ("usage", exit::USAGE),
+    ("invalid_task", exit::USAGE),
+    ("invalid_json", exit::USAGE),
+    ("unreachable", exit::UNREACHABLE),
+    ("unknown_task", exit::NOT_FOUND),
+    ("task_exists", exit::CONFLICT),
+    ("bad_response", exit::OTHER),
+    ("credentials_error", exit::OTHER),
+    ("output_error", exit::OTHER),
+];
+
+/// The exit code of an API error code (docs/API.md §9).
+pub fn exit_code_for_api(code: ErrorCode) -> u8 {
     match code {
-        "usage" | "invalid_task" | "invalid_json" | "invalid_request" => exit::USAGE,
-        "unreachable" => exit::UNREACHABLE,
-        "not_found" | "unknown_task" => exit::NOT_FOUND,
-        "unauthorized" | "address_gone" => exit::AUTH,
-        "revision_conflict" | "state_limit_exceeded" | "quota_exceeded" | "task_exists" => {
+        ErrorCode::InvalidRequest => exit::USAGE,
+        ErrorCode::NotFound => exit::NOT_FOUND,
+        ErrorCode::Unauthorized | ErrorCode::AddressGone => exit::AUTH,
+        ErrorCode::RevisionConflict | ErrorCode::StateLimitExceeded | ErrorCode::QuotaExceeded => {
             exit::CONFLICT
         }
-        "rate_limited" | "unavailable" => exit::RETRY,
-        _ => exit::OTHER,
+        ErrorCode::RateLimited | ErrorCode::Unavailable => exit::RETRY,
+        ErrorCode::MethodNotAllowed
+        | ErrorCode::RequestTimeout
+        | ErrorCode::PayloadTooLarge
+        | ErrorCode::UnsupportedMediaType
+        | ErrorCode::IdempotencyKeyReused
+        | ErrorCode::Internal
+        | ErrorCode::NotSupported => exit::OTHER,
     }
+}
+
+/// The exit code of an error code: the API's catalogue, then the client's own codes (unknown
+/// codes: 1).
+pub fn exit_code_for(code: &str) -> u8 {
+    if let Some(api) = ErrorCode::parse(code) {
+        return exit_code_for_api(api);
+    }
+    CLIENT_CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or(exit::OTHER, |(_, exit)| *exit)
 }
 
 pub type Result<T> = std::result::Result<T, CliError>;

@@ -497,5 +497,15 @@ mod tests {
         assert_eq!(x("task_exists"), 6);
         assert_eq!(x("rate_limited"), 7);
         assert_eq!(x("internal"), 1);
+        assert_eq!(x("request_timeout"), 1);
+        assert_eq!(x("no_such_code"), 1);
+    }
+
+    #[test]
+    fn client_codes_do_not_collide_with_the_catalogue() {
+        use agentaddress_api::error::ErrorCode;
+        for (code, _) in error::CLIENT_CODES {
+            assert!(ErrorCode::parse(code).is_none(), "{code} is an API code");
+        }
     }
 }

@@ -76,19 +76,6 @@ pub struct CreatedAddress {
     pub endpoints: Endpoints,
 }
 
-/// Body of `POST /api/v1/addresses` (optional; unknown fields are ignored).
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
-pub struct CreateAddressRequest {
-    #[schema(min_length = 1, max_length = 200)]
-    pub name: Option<String>,
-    #[schema(min_length = 1, max_length = 200)]
-    pub task_id: Option<String>,
-    /// Omit for an address that never expires.
-    #[schema(minimum = 60, maximum = 31536000)]
-    pub expires_in_seconds: Option<u64>,
-}
-
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UsageView {
     pub last_sequence: u64,
@@ -252,18 +239,6 @@ impl StateValue {
     }
 }
 
-/// Body of `PUT {state_url}/{key}`.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
-pub struct PutStateRequest {
-    /// Any JSON value, `null` included.
-    #[schema(value_type = serde_json::Value)]
-    pub value: serde_json::Value,
-    /// 0 = create only; N > 0 = only if the current revision is N; absent = unconditional.
-    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
-    pub if_revision: Option<u64>,
-}
-
 /// `200` of `PUT {state_url}/{key}`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct StateWriteResult {
@@ -297,7 +272,8 @@ pub struct Health {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// One of the codes of the catalogue (the API contract, §9).
+    /// One of the codes of the catalogue (docs/API.md §9).
+    #[schema(schema_with = super::error::code_schema)]
     pub code: String,
     pub message: String,
     /// With `revision_conflict`: the key's current revision, `null` when it does not exist.

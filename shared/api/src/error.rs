@@ -1,11 +1,154 @@
-//! The one error type of the HTTP layer and its one mapping to responses. The codes are the
-//! catalogue of docs/API.md §9; messages never carry secrets or internal details.
+//! The error catalogue of docs/API.md §9 ([`ErrorCode`]: each code, its status and its
+//! default message), the one error type of the HTTP layer and its one mapping to responses.
+//! The OpenAPI document, the MCP tools and the CLI's exit codes read the same catalogue.
+//! Messages never carry secrets or internal details.
 
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::store::StoreError;
+
+/// The error catalogue of docs/API.md §9: every `error.code` the API answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    InvalidRequest,
+    Unauthorized,
+    NotFound,
+    MethodNotAllowed,
+    /// `agentaddress serve` only: a request body that stopped or came too slowly (docs/API.md
+    /// §T, "Connections").
+    RequestTimeout,
+    RevisionConflict,
+    QuotaExceeded,
+    StateLimitExceeded,
+    AddressGone,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    IdempotencyKeyReused,
+    RateLimited,
+    Internal,
+    NotSupported,
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of docs/API.md §9.
+    pub const ALL: [ErrorCode; 16] = [
+        ErrorCode::InvalidRequest,
+        ErrorCode::Unauthorized,
+        ErrorCode::NotFound,
+        ErrorCode::MethodNotAllowed,
+        ErrorCode::RequestTimeout,
+        ErrorCode::RevisionConflict,
+        ErrorCode::QuotaExceeded,
+        ErrorCode::StateLimitExceeded,
+        ErrorCode::AddressGone,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::IdempotencyKeyReused,
+        ErrorCode::RateLimited,
+        ErrorCode::Internal,
+        ErrorCode::NotSupported,
+        ErrorCode::Unavailable,
+    ];
+
+    /// The code on the wire (`error.code`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::RequestTimeout => "request_timeout",
+            Self::RevisionConflict => "revision_conflict",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::StateLimitExceeded => "state_limit_exceeded",
+            Self::AddressGone => "address_gone",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::IdempotencyKeyReused => "idempotency_key_reused",
+            Self::RateLimited => "rate_limited",
+            Self::Internal => "internal",
+            Self::NotSupported => "not_supported",
+            Self::Unavailable => "unavailable",
+        }
+    }
+
+    /// The code named `code`, if it is one of the catalogue's.
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == code)
+    }
+
+    /// The HTTP status a code is answered with.
+    pub const fn status(self) -> StatusCode {
+        match self {
+            Self::InvalidRequest => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            Self::RevisionConflict | Self::QuotaExceeded | Self::StateLimitExceeded => {
+                StatusCode::CONFLICT
+            }
+            Self::AddressGone => StatusCode::GONE,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::NotSupported => StatusCode::NOT_IMPLEMENTED,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The message of an answer with this code, when the error does not give its own (the
+    /// codes whose errors always do have a generic one here).
+    pub const fn default_message(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "The request is not valid.",
+            Self::Unauthorized => {
+                "A valid bearer token for this address is required (Authorization: Bearer <read_token>)."
+            }
+            Self::NotFound => "Not found.",
+            Self::MethodNotAllowed => "This path does not support that HTTP method.",
+            Self::RequestTimeout => {
+                "The request body did not arrive in time; send the request again."
+            }
+            Self::RevisionConflict => {
+                "The key's current revision does not match the expected revision."
+            }
+            Self::QuotaExceeded => {
+                "The feed holds its maximum of retained events; older events must expire first."
+            }
+            Self::StateLimitExceeded => {
+                "The write would exceed this address's state key or byte limit."
+            }
+            Self::AddressGone => "This address was deleted or has expired.",
+            Self::PayloadTooLarge => "The request body is larger than its limit.",
+            Self::UnsupportedMediaType => "This endpoint takes a JSON body.",
+            Self::IdempotencyKeyReused => {
+                "This Idempotency-Key was already used with a different body."
+            }
+            Self::RateLimited => "Too many requests; retry after the given delay.",
+            Self::Internal => "An internal error occurred.",
+            Self::NotSupported => "This request feature is not supported.",
+            Self::Unavailable => {
+                "The store is temporarily unavailable; the request can be retried safely."
+            }
+        }
+    }
+}
+
+/// The schema of `error.code` in the OpenAPI document: a string, one of the catalogue's.
+pub fn code_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .enum_values(Some(ErrorCode::ALL.map(ErrorCode::as_str)))
+        .description(Some("One of the codes of the catalogue (docs/API.md §9)."))
+        .build()
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
@@ -53,46 +196,36 @@ impl ApiError {
         Self::NotFound(message.into())
     }
 
-    pub fn status(&self) -> StatusCode {
+    /// The catalogue's entry of this error.
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::RevisionConflict { .. } | Self::QuotaExceeded | Self::StateLimitExceeded => {
-                StatusCode::CONFLICT
-            }
-            Self::AddressGone => StatusCode::GONE,
-            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::NotSupported(_) => StatusCode::NOT_IMPLEMENTED,
-            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            Self::Unauthorized => ErrorCode::Unauthorized,
+            Self::NotFound(_) => ErrorCode::NotFound,
+            Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
+            Self::RevisionConflict { .. } => ErrorCode::RevisionConflict,
+            Self::QuotaExceeded => ErrorCode::QuotaExceeded,
+            Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
+            Self::AddressGone => ErrorCode::AddressGone,
+            Self::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
+            Self::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
+            Self::NotSupported(_) => ErrorCode::NotSupported,
+            Self::IdempotencyKeyReused => ErrorCode::IdempotencyKeyReused,
+            Self::RateLimited { .. } => ErrorCode::RateLimited,
+            Self::Internal(_) => ErrorCode::Internal,
+            Self::Unavailable(_) => ErrorCode::Unavailable,
         }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.error_code().status()
     }
 
     pub fn code(&self) -> &'static str {
-        match self {
-            Self::InvalidRequest(_) => "invalid_request",
-            Self::Unauthorized => "unauthorized",
-            Self::NotFound(_) => "not_found",
-            Self::MethodNotAllowed => "method_not_allowed",
-            Self::RevisionConflict { .. } => "revision_conflict",
-            Self::QuotaExceeded => "quota_exceeded",
-            Self::StateLimitExceeded => "state_limit_exceeded",
-            Self::AddressGone => "address_gone",
-            Self::PayloadTooLarge(_) => "payload_too_large",
-            Self::UnsupportedMediaType(_) => "unsupported_media_type",
-            Self::NotSupported(_) => "not_supported",
-            Self::IdempotencyKeyReused => "idempotency_key_reused",
-            Self::RateLimited { .. } => "rate_limited",
-            Self::Internal(_) => "internal",
-            Self::Unavailable(_) => "unavailable",
-        }
+        self.error_code().as_str()
     }
 
+    /// The client's message: the error's own, or the catalogue's (never an internal detail).
     fn message(&self) -> String {
         match self {
             Self::InvalidRequest(m)
@@ -100,29 +233,7 @@ impl ApiError {
             | Self::PayloadTooLarge(m)
             | Self::UnsupportedMediaType(m)
             | Self::NotSupported(m) => m.clone(),
-            Self::Unauthorized => {
-                "A valid bearer token for this address is required (Authorization: Bearer <read_token>).".into()
-            }
-            Self::MethodNotAllowed => "This path does not support that HTTP method.".into(),
-            Self::RevisionConflict { .. } => {
-                "The key's current revision does not match the expected revision.".into()
-            }
-            Self::QuotaExceeded => {
-                "The feed holds its maximum of retained events; older events must expire first."
-                    .into()
-            }
-            Self::StateLimitExceeded => {
-                "The write would exceed this address's state key or byte limit.".into()
-            }
-            Self::AddressGone => "This address was deleted or has expired.".into(),
-            Self::IdempotencyKeyReused => {
-                "This Idempotency-Key was already used with a different body.".into()
-            }
-            Self::RateLimited { .. } => "Too many requests; retry after the given delay.".into(),
-            Self::Internal(_) => "An internal error occurred.".into(),
-            Self::Unavailable(_) => {
-                "The store is temporarily unavailable; the request can be retried safely.".into()
-            }
+            _ => self.error_code().default_message().into(),
         }
     }
 
@@ -180,5 +291,75 @@ impl IntoResponse for ApiError {
             }
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rows `| code | HTTP | when |` of docs/API.md §9.
+    fn documented_codes() -> Vec<(String, u16)> {
+        let doc = include_str!("../../../docs/API.md");
+        let section = doc
+            .split("\n## 9.")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap_or("");
+        section
+            .lines()
+            .filter_map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                match cells.as_slice() {
+                    ["", code, status, _, ""] => {
+                        Some(((*code).to_owned(), status.parse::<u16>().ok()?))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_catalogue_is_docs_api_section_9() {
+        let documented = documented_codes();
+        assert_eq!(documented.len(), ErrorCode::ALL.len(), "{documented:?}");
+        for (code, status) in &documented {
+            let c = ErrorCode::parse(code).unwrap_or_else(|| panic!("{code} is not in ErrorCode"));
+            assert_eq!(c.status().as_u16(), *status, "{code}");
+        }
+        for c in ErrorCode::ALL {
+            assert!(
+                documented.iter().any(|(code, _)| code == c.as_str()),
+                "{} is not in docs/API.md §9",
+                c.as_str()
+            );
+        }
+    }
+
+    #[test]
+    fn every_api_error_answers_its_catalogue_entry() {
+        let errors = [
+            ApiError::invalid("x"),
+            ApiError::Unauthorized,
+            ApiError::not_found("x"),
+            ApiError::MethodNotAllowed,
+            ApiError::RevisionConflict { current: None },
+            ApiError::QuotaExceeded,
+            ApiError::StateLimitExceeded,
+            ApiError::AddressGone,
+            ApiError::PayloadTooLarge("x".into()),
+            ApiError::UnsupportedMediaType("x".into()),
+            ApiError::NotSupported("x".into()),
+            ApiError::IdempotencyKeyReused,
+            ApiError::RateLimited { retry_after: 1 },
+            ApiError::Internal("secret detail".into()),
+            ApiError::Unavailable("secret detail".into()),
+        ];
+        for e in errors {
+            let c = e.error_code();
+            assert_eq!((e.status(), e.code()), (c.status(), c.as_str()));
+            assert!(!e.message().contains("secret"), "{e:?}");
+        }
     }
 }

@@ -11,6 +11,7 @@ use http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Map, Value};
 
+use super::request::{parse_fields, FeedParams, Fields, COUNT_MAX, FEED_LIMIT_MAX};
 use super::{ApiError, AppState};
 use crate::domain::{envelope::is_json_content_type, ids, Millis};
 use crate::store::AddressRecord;
@@ -174,28 +175,6 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-/// An optional string field of 1..=max characters; `null` counts as absent.
-pub fn optional_string(
-    obj: &Map<String, Value>,
-    field: &str,
-    max_chars: usize,
-) -> Result<Option<String>, ApiError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => {
-            let n = s.chars().count();
-            if n == 0 || n > max_chars {
-                Err(ApiError::invalid(format!(
-                    "`{field}` must be 1 to {max_chars} characters long."
-                )))
-            } else {
-                Ok(Some(s.clone()))
-            }
-        }
-        Some(_) => Err(ApiError::invalid(format!("`{field}` must be a string."))),
-    }
-}
-
 /// An optional non-negative integer field within `range`; `null` counts as absent.
 pub fn optional_integer(
     obj: &Map<String, Value>,
@@ -219,7 +198,7 @@ pub fn optional_integer(
 /// which JSON (and JSON Schema) count as the same integer. Read exactly from the number's text
 /// (never through a float, which would round `9007199254740993.0`); `60.5`, negative values
 /// and values over `u64::MAX` are `None`.
-fn integral(v: &Value) -> Option<u64> {
+pub(crate) fn integral(v: &Value) -> Option<u64> {
     let n = v.as_number()?;
     n.as_u64().or_else(|| integral_text(&n.to_string()))
 }
@@ -277,11 +256,18 @@ pub fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, ApiErro
     Ok(pairs)
 }
 
-pub fn query_value<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    pairs
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+/// The query string's parameters as the fields of a query struct ([`parse_fields`]): each
+/// value a JSON string; a name given twice is refused.
+pub fn query_fields(query: Option<&str>) -> Result<Map<String, Value>, ApiError> {
+    Ok(query_pairs(query)?
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect())
+}
+
+/// A JSON body that must be one object, parsed into its request struct ([`parse_fields`]).
+pub fn json_body<T: Fields>(body: &[u8]) -> Result<T, ApiError> {
+    parse_fields(json_object(body)?)
 }
 
 /// A non-negative decimal integer without sign or spaces that fits in `i64`.
@@ -289,7 +275,7 @@ pub fn parse_count(s: &str) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    s.parse::<u64>().ok().filter(|n| *n <= i64::MAX as u64)
+    s.parse::<u64>().ok().filter(|n| *n <= COUNT_MAX)
 }
 
 /// The query of `GET {root}/events` (docs/API.md §4), parsed.
@@ -297,57 +283,31 @@ pub fn parse_count(s: &str) -> Option<u64> {
 pub struct FeedQuery {
     /// Events with `sequence > after`; 0 by default.
     pub after: u64,
-    /// Page size, 1..=100; 100 by default.
+    /// Page size, 1..=[`FEED_LIMIT_MAX`]; that by default.
     pub limit: usize,
     /// How long to hold the request while the feed is empty: `wait` seconds, clamped to the
     /// server's longest wait; zero by default.
     pub wait: Duration,
 }
 
-/// Parses the feed query. `after` is a non-negative decimal integer up to 2^63−1; `limit` an
-/// integer 1..=100 (anything else is refused, not clamped); `wait` a non-negative decimal
-/// number of seconds (fraction and exponent allowed; `inf`, `nan` and overflowing values
-/// refused) clamped to `max_wait_seconds`. A parameter given twice is refused; unknown ones are ignored.
+/// Parses the feed query ([`FeedParams`]). `after` is a non-negative decimal integer up to
+/// 2^63−1; `limit` an integer 1..=[`FEED_LIMIT_MAX`] (anything else is refused, not clamped);
+/// `wait` a non-negative decimal number of seconds (fraction and exponent allowed; `inf`, `nan`
+/// and overflowing values refused) clamped to `max_wait_seconds`. A parameter given twice is
+/// refused; unknown ones are ignored.
 pub fn parse_feed_query(query: Option<&str>, max_wait_seconds: u64) -> Result<FeedQuery, ApiError> {
-    let pairs = query_pairs(query)?;
-    let after = match query_value(&pairs, "after") {
-        None => 0,
-        Some(v) => parse_count(v)
-            .ok_or_else(|| ApiError::invalid("`after` must be a non-negative integer."))?,
-    };
-    let limit = match query_value(&pairs, "limit") {
-        None => 100,
-        Some(v) => match parse_count(v) {
-            Some(n @ 1..=100) => n as usize,
-            _ => {
-                return Err(ApiError::invalid(
-                    "`limit` must be an integer from 1 to 100.",
-                ))
-            }
-        },
-    };
-    let max_wait = max_wait_seconds as f64;
-    let wait = match query_value(&pairs, "wait") {
-        None => 0.0,
-        Some(v) => match parse_seconds(v) {
-            Some(w) => w.min(max_wait),
-            None => {
-                return Err(ApiError::invalid(
-                    "`wait` must be a non-negative number of seconds (at most 25 are used).",
-                ))
-            }
-        },
-    };
+    let params: FeedParams = parse_fields(query_fields(query)?)?;
+    let limit = params.limit.unwrap_or(FEED_LIMIT_MAX);
     Ok(FeedQuery {
-        after,
-        limit,
-        wait: Duration::from_secs_f64(wait),
+        after: params.after.unwrap_or(0),
+        limit: usize::try_from(limit).unwrap_or(usize::MAX),
+        wait: Duration::from_secs_f64(params.wait.unwrap_or(0.0).min(max_wait_seconds as f64)),
     })
 }
 
 /// A non-negative decimal number (`1`, `0.5`, `2.5e1`) that fits an `f64`. Words such as `inf`
 /// or `NaN`, and numbers too large for an `f64` (`1e400`), are refused.
-fn parse_seconds(s: &str) -> Option<f64> {
+pub(crate) fn parse_seconds(s: &str) -> Option<f64> {
     let decimal = !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));

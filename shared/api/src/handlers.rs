@@ -12,10 +12,10 @@ use tokio::time::Instant;
 use super::dto::*;
 use super::extract::*;
 use super::page_budget::Charge;
+use super::request::*;
 use super::{json_response, ApiError, AppState};
 use crate::domain::envelope;
-use crate::domain::label::validate_label;
-use crate::domain::state::{entry_size, validate_key, validate_value};
+use crate::domain::state::{entry_size, validate_key};
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
@@ -59,21 +59,17 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
         return Err(ApiError::RateLimited { retry_after });
     }
     let bytes = read_body(&parts.headers, body, CREATE_BODY_LIMIT, "request body").await?;
-    let fields = if bytes.iter().all(u8::is_ascii_whitespace) {
-        serde_json::Map::new()
+    let request = if bytes.iter().all(u8::is_ascii_whitespace) {
+        CreateAddressRequest::default()
     } else {
         require_json_content_type(&parts.headers)?;
-        json_object(&bytes)?
+        json_body::<CreateAddressRequest>(&bytes)?
     };
-    let name = optional_string(&fields, "name", 200)?;
-    let task_id = optional_string(&fields, "task_id", 200)?;
-    // No control or bidirectional formatting characters (docs/API.md, "Create.").
-    for (field, value) in [("name", &name), ("task_id", &task_id)] {
-        if let Some(v) = value {
-            validate_label(field, v).map_err(|e| ApiError::invalid(format!("{e}.")))?;
-        }
-    }
-    let expires_in = optional_integer(&fields, "expires_in_seconds", 60..=31_536_000)?;
+    let CreateAddressRequest {
+        name,
+        task_id,
+        expires_in_seconds: expires_in,
+    } = request;
 
     let id = ids::new_address_id();
     let read_token = ids::new_read_token();
@@ -275,9 +271,7 @@ pub async fn deliver(
     get, path = "/api/v1/addresses/{address_id}/events", tag = "events",
     params(
         ("address_id" = String, Path),
-        ("after" = Option<u64>, Query, description = "Return events with sequence > after (default 0)", minimum = 0, maximum = 9223372036854775807_i64),
-        ("wait" = Option<f64>, Query, description = "Seconds to hold the request when nothing is there yet (0..25, larger is clamped)", minimum = 0),
-        ("limit" = Option<u64>, Query, description = "1..100, default 100", minimum = 1, maximum = 100),
+        FeedParams,
     ),
     security(("bearer" = [])),
     responses(
@@ -565,16 +559,9 @@ pub async fn put_state(
         .saturating_mul(4)
         .saturating_add(4096);
     let bytes = read_body(&headers, body, body_limit, "request body").await?;
-    let mut fields = json_object(&bytes)?;
-    let value = fields
-        .remove("value")
-        .ok_or_else(|| ApiError::invalid("The body must have a `value` field (any JSON)."))?;
-    // At most MAX_JSON_DEPTH levels, so its state.updated event reads back everywhere
-    // (docs/API.md, "State.").
-    validate_value(&value).map_err(|e| ApiError::invalid(format!("{e}.")))?;
-    let from_body = optional_integer(&fields, "if_revision", 0..=i64::MAX as u64)?;
-    let expected = expected_revision(&headers, from_body)?;
-    let compact = serde_json::to_string(&value)
+    let request = json_body::<PutStateRequest>(&bytes)?;
+    let expected = expected_revision(&headers, request.if_revision)?;
+    let compact = serde_json::to_string(&request.value)
         .map_err(|e| ApiError::Internal(format!("cannot re-encode a value: {e}")))?;
     if entry_size(&key, &compact) > limits.max_state_bytes {
         return Err(ApiError::PayloadTooLarge(format!(
@@ -602,7 +589,7 @@ pub async fn put_state(
 #[utoipa::path(
     delete, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
     params(("address_id" = String, Path), ("key" = String, Path),
-           ("if_revision" = Option<u64>, Query, description = "Delete only if the current revision is this one (same as If-Match)", minimum = 0, maximum = 9223372036854775807_i64),
+           DeleteStateParams,
            ("If-Match" = Option<String>, Header)),
     security(("bearer" = [])),
     responses(
@@ -621,15 +608,8 @@ pub async fn delete_state(
     let now = state.clock.now();
     authenticate(&state, &headers, &address_id, now).await?;
     key_param(&key)?;
-    let pairs = query_pairs(uri.query())?;
-    let from_query =
-        match query_value(&pairs, "if_revision") {
-            None => None,
-            Some(v) => Some(parse_count(v).ok_or_else(|| {
-                ApiError::invalid("`if_revision` must be a non-negative integer.")
-            })?),
-        };
-    let expected = expected_revision(&headers, from_query)?;
+    let params = parse_fields::<DeleteStateParams>(query_fields(uri.query())?)?;
+    let expected = expected_revision(&headers, params.if_revision)?;
     let deleted = state
         .store
         .delete_state(&address_id, &key, expected, &state.config.limits, now)

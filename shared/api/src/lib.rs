@@ -15,6 +15,7 @@ mod handlers;
 pub mod hygiene;
 pub mod openapi;
 pub mod page_budget;
+pub mod request;
 mod request_log;
 pub mod routes;
 pub mod telemetry;

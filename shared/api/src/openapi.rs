@@ -12,6 +12,8 @@ use utoipa::openapi::{Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
 use super::dto::*;
+use super::error::ErrorCode;
+use super::request::{CreateAddressRequest, PutStateRequest};
 use crate::domain::Limits;
 
 /// Instructions for an agent; `{base}` is replaced by the public base URL.
@@ -52,16 +54,144 @@ fn retry_after_header() -> Header {
     header
 }
 
-fn error_response(description: &str) -> Response {
+/// An error answer: an [`ErrorBody`].
+fn error_body_response(description: &str) -> Response {
     let mut response = Response::new(description);
     response.content.insert(
         "application/json".into(),
         Content::new(Some(Ref::from_schema_name("ErrorBody"))),
     );
     response
+}
+
+/// An error answer with `Retry-After`.
+fn error_response(description: &str) -> Response {
+    let mut response = error_body_response(description);
+    response
         .headers
         .insert(RETRY_AFTER.into(), retry_after_header());
     response
+}
+
+/// The extension of an error response that lists the codes it can carry (docs/API.md §9).
+pub const ERROR_CODES_EXTENSION: &str = "x-error-codes";
+
+/// What any operation can answer, whatever it does (docs/API.md §9 and §T, "Request hygiene"):
+/// a refused `Host` or repeated header (400), a transfer coding other than `chunked` (501), a
+/// bug (500).
+const EVERY_OPERATION: &[ErrorCode] = &[
+    ErrorCode::InvalidRequest,
+    ErrorCode::Internal,
+    ErrorCode::NotSupported,
+];
+
+/// The codes each operation can answer besides [`EVERY_OPERATION`]'s; every store-backed
+/// operation can also answer `unavailable`, and one with a request body `request_timeout`
+/// (`agentaddress serve`, docs/API.md §T, "Connections").
+const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
+    use ErrorCode::*;
+    &[
+        (
+            "create_address",
+            &[PayloadTooLarge, UnsupportedMediaType, RateLimited],
+        ),
+        ("inspect_address", &[Unauthorized, AddressGone]),
+        ("delete_address", &[Unauthorized, AddressGone]),
+        (
+            "deliver",
+            &[
+                NotFound,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                IdempotencyKeyReused,
+            ],
+        ),
+        ("list_events", &[Unauthorized, AddressGone, RateLimited]),
+        ("get_event", &[Unauthorized, NotFound, AddressGone]),
+        ("ack_event", &[Unauthorized, NotFound, AddressGone]),
+        ("list_state", &[Unauthorized, AddressGone]),
+        ("get_state", &[Unauthorized, NotFound, AddressGone]),
+        (
+            "put_state",
+            &[
+                Unauthorized,
+                RevisionConflict,
+                QuotaExceeded,
+                StateLimitExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+            ],
+        ),
+        (
+            "delete_state",
+            &[
+                Unauthorized,
+                NotFound,
+                RevisionConflict,
+                QuotaExceeded,
+                AddressGone,
+            ],
+        ),
+    ]
+};
+
+/// The codes `operation_id` can answer, in the catalogue's order.
+pub fn operation_error_codes(
+    operation_id: &str,
+    store_backed: bool,
+    has_body: bool,
+) -> Vec<ErrorCode> {
+    let own = OPERATION_ERRORS
+        .iter()
+        .find(|(id, _)| *id == operation_id)
+        .map_or(&[][..], |(_, codes)| codes);
+    ErrorCode::ALL
+        .into_iter()
+        .filter(|c| {
+            EVERY_OPERATION.contains(c)
+                || own.contains(c)
+                || (store_backed && *c == ErrorCode::Unavailable)
+                || (has_body && *c == ErrorCode::RequestTimeout)
+        })
+        .collect()
+}
+
+/// Lists on each error response of `op` the codes it can carry ([`ERROR_CODES_EXTENSION`]),
+/// adding the responses the annotations leave out; a response without a description gets the
+/// codes as one.
+fn list_error_codes(op: &mut Operation, store_backed: bool) {
+    let id = op.operation_id.clone().unwrap_or_default();
+    let codes = operation_error_codes(&id, store_backed, op.request_body.is_some());
+    let mut statuses: Vec<u16> = codes.iter().map(|c| c.status().as_u16()).collect();
+    statuses.sort_unstable();
+    statuses.dedup();
+    for status in statuses {
+        let here: Vec<&str> = codes
+            .iter()
+            .filter(|c| c.status().as_u16() == status)
+            .map(|c| c.as_str())
+            .collect();
+        let listed = here
+            .iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let response = op
+            .responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| RefOr::T(error_body_response(&listed)));
+        if let RefOr::T(r) = response {
+            if r.description.is_empty() {
+                r.description = listed;
+            }
+            r.extensions
+                .get_or_insert_with(Default::default)
+                .insert(ERROR_CODES_EXTENSION.into(), serde_json::json!(here));
+        }
+    }
 }
 
 fn operations(openapi: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &mut Operation> {
@@ -156,6 +286,7 @@ impl Modify for Contract {
                     }
                 }
             }
+            list_error_codes(op, !is_service);
             if let Some(RefOr::T(r)) = op.responses.responses.get_mut("429") {
                 r.headers.insert(RETRY_AFTER.into(), retry_after_header());
             }
@@ -247,6 +378,47 @@ mod tests {
             }
         }
         assert_eq!(operations, 14);
+        // Every error response lists the codes it can carry: catalogue codes of its status.
+        for (path, item) in paths {
+            for (method, op) in item.as_object().expect("path item") {
+                let responses = op["responses"].as_object().expect("responses");
+                let mut listed = 0;
+                for (status, response) in responses {
+                    let status: u16 = status.parse().expect("numeric status");
+                    let codes = response.get(ERROR_CODES_EXTENSION);
+                    if status < 400 {
+                        assert!(codes.is_none(), "{method} {path} {status}");
+                        continue;
+                    }
+                    let codes = codes.and_then(Value::as_array).expect("x-error-codes");
+                    assert!(!codes.is_empty(), "{method} {path} {status}");
+                    for code in codes {
+                        let c = code.as_str().and_then(ErrorCode::parse);
+                        let c = c.unwrap_or_else(|| panic!("{method} {path}: {code} is no code"));
+                        assert_eq!(c.status().as_u16(), status, "{method} {path}: {code}");
+                        listed += 1;
+                    }
+                    assert_eq!(
+                        response["content"]["application/json"]["schema"]["$ref"],
+                        "#/components/schemas/ErrorBody",
+                        "{method} {path} {status}"
+                    );
+                }
+                assert!(listed >= 3, "{method} {path}");
+            }
+        }
+        let put = &doc["paths"]["/api/v1/addresses/{address_id}/state/{key}"]["put"]["responses"];
+        assert_eq!(
+            put["409"][ERROR_CODES_EXTENSION],
+            serde_json::json!([
+                "revision_conflict",
+                "quota_exceeded",
+                "state_limit_exceeded"
+            ])
+        );
+        let codes = &doc["components"]["schemas"]["ErrorDetail"]["properties"]["code"]["enum"];
+        let all: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(codes, &serde_json::json!(all));
         let create = &doc["paths"]["/api/v1/addresses"]["post"]["requestBody"];
         assert_eq!(create["required"], Value::Bool(false));
         assert_eq!(

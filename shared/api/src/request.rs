@@ -1,0 +1,514 @@
+//! The request bodies and query strings of docs/API.md, one struct each. A struct is the single
+//! description of what its request accepts:
+//! - the handler parses into it ([`parse_fields`]: each field's deserializer is the rule, and
+//!   its error is the 400 `invalid_request` message of docs/API.md);
+//! - the OpenAPI document shows it (a body as a component schema, a query string as the
+//!   operation's query parameters, [`query_parameters`]);
+//! - the MCP tools' input schemas are generated from the same schema (`agentaddress-mcp`).
+//!
+//! Every limit is one named constant, read by the deserializer and the schema alike. Fields are
+//! checked in the order they are declared, whatever their order in the request; unknown fields
+//! are ignored, and `null` counts as absent for an optional body field (docs/API.md §1, §7).
+
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::schema::{Object, ObjectBuilder, Schema, SchemaFormat, SchemaType, Type};
+use utoipa::openapi::{KnownFormat, RefOr, Required};
+use utoipa::{IntoParams, PartialSchema, ToSchema};
+
+use super::ApiError;
+use crate::domain::label::validate_label;
+use crate::domain::state::validate_value;
+
+/// `name` and `task_id`: 1 to 200 characters (docs/API.md §1).
+pub const LABEL_MAX_CHARS: usize = 200;
+/// `expires_in_seconds`: at least a minute (docs/API.md §1).
+pub const EXPIRES_IN_MIN_SECONDS: u64 = 60;
+/// `expires_in_seconds`: at most 365 days (docs/API.md §1).
+pub const EXPIRES_IN_MAX_SECONDS: u64 = 31_536_000;
+/// The feed's page size `limit`: at most, and by default, 100 events (docs/API.md §4).
+pub const FEED_LIMIT_MAX: u64 = 100;
+/// The largest cursor (`after`) and revision (`if_revision`, `If-Match`): 2^63−1
+/// (docs/API.md §4, §7).
+pub const COUNT_MAX: u64 = i64::MAX as u64;
+
+/// Stands for the field's name in a field deserializer's message; [`parse_fields`] puts the
+/// name in.
+const FIELD: &str = "{field}";
+
+/// A struct of request fields: its schema lists them (in the order they are checked) and says
+/// which are required.
+pub trait Fields: DeserializeOwned + PartialSchema {
+    /// The message of a required field that is absent.
+    fn missing(field: &str) -> String {
+        format!("The request must have a `{field}` field.")
+    }
+}
+
+/// Parses `fields` (a JSON object's members, or a query string's parameters as strings) into
+/// `T`: the fields of `T` in their declared order, a required one missing first; unknown ones
+/// are ignored. Every refusal is a 400 `invalid_request` whose message names the field.
+pub fn parse_fields<T: Fields>(mut fields: Map<String, Value>) -> Result<T, ApiError> {
+    let required = match T::schema() {
+        RefOr::T(Schema::Object(o)) => o.required,
+        _ => Vec::new(),
+    };
+    let names = field_names::<T>();
+    let mut ordered = Map::new();
+    for name in names {
+        match fields.remove(&name) {
+            Some(v) => {
+                ordered.insert(name, v);
+            }
+            None if required.contains(&name) => return Err(ApiError::invalid(T::missing(&name))),
+            None => {}
+        }
+    }
+    serde_path_to_error::deserialize(Value::Object(ordered)).map_err(|e| {
+        let field = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if message.contains(FIELD) {
+            ApiError::invalid(message.replace(FIELD, &field))
+        } else {
+            ApiError::invalid(format!("`{field}`: {message}."))
+        }
+    })
+}
+
+/// The query parameters of a query-string struct, for `#[utoipa::path(params(...))]`: one per
+/// property of its schema, in order, the property's description on the parameter.
+pub fn query_parameters<T: PartialSchema>() -> Vec<Parameter> {
+    let RefOr::T(Schema::Object(object)) = T::schema() else {
+        return Vec::new();
+    };
+    object
+        .properties
+        .into_iter()
+        .map(|(name, schema)| {
+            let required = object.required.contains(&name);
+            let (description, schema) = match schema {
+                RefOr::T(Schema::Object(mut o)) => {
+                    (o.description.take(), RefOr::T(Schema::Object(o)))
+                }
+                other => (None, other),
+            };
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Query)
+                .required(if required {
+                    Required::True
+                } else {
+                    Required::False
+                })
+                .description(description)
+                .schema(Some(schema))
+                .build()
+        })
+        .collect()
+}
+
+/// The JSON Schema of a request struct, as `/openapi.json` shows it: what the MCP tool standing
+/// for the request takes (with the MCP-only fields it adds).
+pub fn json_schema<T: PartialSchema>() -> Value {
+    serde_json::to_value(T::schema()).unwrap_or(Value::Null)
+}
+
+/// The names of a request struct's fields, in order.
+pub fn field_names<T: PartialSchema>() -> Vec<String> {
+    match T::schema() {
+        RefOr::T(Schema::Object(o)) => o.properties.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bodies
+// ---------------------------------------------------------------------------------------------
+
+/// Body of `POST /api/v1/addresses` (optional; unknown fields are ignored).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct CreateAddressRequest {
+    #[serde(default, deserialize_with = "label")]
+    #[schema(schema_with = name_schema)]
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "label")]
+    #[schema(schema_with = task_id_schema)]
+    pub task_id: Option<String>,
+    #[serde(default, deserialize_with = "expires_in")]
+    #[schema(schema_with = expires_in_schema)]
+    pub expires_in_seconds: Option<u64>,
+}
+
+impl Fields for CreateAddressRequest {}
+
+/// Body of `PUT {state_url}/{key}`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct PutStateRequest {
+    #[serde(deserialize_with = "state_value")]
+    #[schema(schema_with = state_value_schema)]
+    pub value: Value,
+    #[serde(default, deserialize_with = "revision")]
+    #[schema(schema_with = put_if_revision_schema)]
+    pub if_revision: Option<u64>,
+}
+
+impl Fields for PutStateRequest {
+    fn missing(field: &str) -> String {
+        format!("The body must have a `{field}` field (any JSON).")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query strings
+// ---------------------------------------------------------------------------------------------
+
+/// The query of `GET {root}/events` (docs/API.md §4), as sent; `extract::parse_feed_query`
+/// applies the defaults and the server's longest wait.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct FeedParams {
+    #[serde(default, deserialize_with = "after")]
+    #[schema(schema_with = after_schema)]
+    pub after: Option<u64>,
+    #[serde(default, deserialize_with = "limit")]
+    #[schema(schema_with = limit_schema)]
+    pub limit: Option<u64>,
+    #[serde(default, deserialize_with = "wait")]
+    #[schema(schema_with = wait_schema)]
+    pub wait: Option<f64>,
+}
+
+impl Fields for FeedParams {}
+
+impl IntoParams for FeedParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        query_parameters::<Self>()
+    }
+}
+
+/// The query of `DELETE {state_url}/{key}` (docs/API.md §7).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct DeleteStateParams {
+    #[serde(default, deserialize_with = "query_revision")]
+    #[schema(schema_with = delete_if_revision_schema)]
+    pub if_revision: Option<u64>,
+}
+
+impl Fields for DeleteStateParams {}
+
+impl IntoParams for DeleteStateParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        query_parameters::<Self>()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field rules: a deserializer (the rule) and a schema (what the document says of it) each,
+// both from the constants above.
+// ---------------------------------------------------------------------------------------------
+
+fn invalid<E: serde::de::Error>(message: impl std::fmt::Display) -> E {
+    E::custom(message)
+}
+
+/// A label: a string of 1..=[`LABEL_MAX_CHARS`] characters without control or bidirectional
+/// formatting characters (docs/API.md, "Create.").
+fn label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => {
+            let n = s.chars().count();
+            if n == 0 || n > LABEL_MAX_CHARS {
+                return Err(invalid(format!(
+                    "`{FIELD}` must be 1 to {LABEL_MAX_CHARS} characters long."
+                )));
+            }
+            validate_label(FIELD, &s).map_err(|e| invalid(format!("{e}.")))?;
+            Ok(Some(s))
+        }
+        _ => Err(invalid(format!("`{FIELD}` must be a string."))),
+    }
+}
+
+/// An optional integer field of a JSON body within `min..=max` (docs/API.md, "Create.": any
+/// JSON number with an integral value).
+fn body_integer<'de, D: Deserializer<'de>>(
+    d: D,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, D::Error> {
+    // The rule is `extract::optional_integer`'s, applied to this one field.
+    let mut one = Map::new();
+    one.insert(FIELD.into(), Value::deserialize(d)?);
+    super::extract::optional_integer(&one, FIELD, min..=max).map_err(invalid)
+}
+
+fn expires_in<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    body_integer(d, EXPIRES_IN_MIN_SECONDS, EXPIRES_IN_MAX_SECONDS)
+}
+
+fn revision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    body_integer(d, 0, COUNT_MAX)
+}
+
+/// A state value: any JSON, `null` included, nesting at most `MAX_JSON_DEPTH` levels so that
+/// its `state.updated` event reads back everywhere (docs/API.md, "State.").
+fn state_value<'de, D: Deserializer<'de>>(d: D) -> Result<Value, D::Error> {
+    let value = Value::deserialize(d)?;
+    validate_value(&value).map_err(|e| invalid(format!("{e}.")))?;
+    Ok(value)
+}
+
+/// A query parameter's text (a query string has nothing else).
+fn query_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        other => Ok(other.to_string()),
+    }
+}
+
+fn count_or<'de, D: Deserializer<'de>>(d: D, message: &str) -> Result<Option<u64>, D::Error> {
+    let text = query_text(d)?;
+    super::extract::parse_count(&text)
+        .map(Some)
+        .ok_or_else(|| invalid(message))
+}
+
+fn after<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    count_or(d, "`{field}` must be a non-negative integer.")
+}
+
+fn query_revision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    count_or(d, "`{field}` must be a non-negative integer.")
+}
+
+fn limit<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text = query_text(d)?;
+    match super::extract::parse_count(&text) {
+        Some(n) if (1..=FEED_LIMIT_MAX).contains(&n) => Ok(Some(n)),
+        _ => Err(invalid(format!(
+            "`{FIELD}` must be an integer from 1 to {FEED_LIMIT_MAX}."
+        ))),
+    }
+}
+
+fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let text = query_text(d)?;
+    super::extract::parse_seconds(&text)
+        .map(Some)
+        .ok_or_else(|| {
+            invalid("`{field}` must be a non-negative number of seconds (at most 25 are used).")
+        })
+}
+
+fn typed(t: Type, nullable: bool) -> SchemaType {
+    if nullable {
+        SchemaType::Array(vec![t, Type::Null])
+    } else {
+        SchemaType::Type(t)
+    }
+}
+
+fn integer(nullable: bool, min: u64, max: u64, description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::Integer, nullable))
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+        .minimum(Some(min))
+        .maximum(Some(max))
+        .description(Some(description))
+        .build()
+}
+
+fn label_schema(description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::String, true))
+        .min_length(Some(1))
+        .max_length(Some(LABEL_MAX_CHARS))
+        .description(Some(description))
+        .build()
+}
+
+fn name_schema() -> Object {
+    label_schema("A label for people reading the address.")
+}
+
+fn task_id_schema() -> Object {
+    label_schema("Your own id for the task this address serves.")
+}
+
+fn expires_in_schema() -> Object {
+    integer(
+        true,
+        EXPIRES_IN_MIN_SECONDS,
+        EXPIRES_IN_MAX_SECONDS,
+        "Lifetime in seconds. Omit for an address that never expires.",
+    )
+}
+
+fn state_value_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
+        .description(Some(
+            "Any JSON value (object, array, string, number, boolean or `null`).",
+        ))
+        .build()
+}
+
+fn put_if_revision_schema() -> Object {
+    integer(
+        true,
+        0,
+        COUNT_MAX,
+        "Compare-and-set: 0 = create only (the key must not exist); N > 0 = only if the key's \
+         current revision is N; absent = unconditional. A mismatch is `revision_conflict`, with \
+         `current_revision` (`null` when the key does not exist).",
+    )
+}
+
+fn after_schema() -> Object {
+    integer(
+        false,
+        0,
+        COUNT_MAX,
+        "Return events with sequence > after (default 0): the previous page's `next_cursor`.",
+    )
+}
+
+fn limit_schema() -> Object {
+    integer(
+        false,
+        1,
+        FEED_LIMIT_MAX,
+        "Most events to return, 1 to 100 (default 100).",
+    )
+}
+
+fn wait_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::Number, false))
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+        .minimum(Some(0))
+        .description(Some(
+            "Seconds to hold the request while no event is there yet (default 0); at most 25 \
+             are used, larger values are clamped.",
+        ))
+        .build()
+}
+
+fn delete_if_revision_schema() -> Object {
+    integer(
+        false,
+        0,
+        COUNT_MAX,
+        "Delete only if the key's current revision is this one (same as If-Match); absent = \
+         unconditional.",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn create(body: Value) -> Result<CreateAddressRequest, String> {
+        match body {
+            Value::Object(m) => parse_fields(m).map_err(|e| e.to_string()),
+            _ => Err("not an object".into()),
+        }
+    }
+
+    #[test]
+    fn bodies_keep_the_contract_messages() {
+        let ok = create(json!({"name": "n", "task_id": null, "expires_in_seconds": 6e1, "x": 1}))
+            .expect("valid");
+        assert_eq!(ok.name.as_deref(), Some("n"));
+        assert_eq!((ok.task_id, ok.expires_in_seconds), (None, Some(60)));
+        let long = "x".repeat(LABEL_MAX_CHARS + 1);
+        for (body, message) in [
+            (
+                json!({"name": ""}),
+                "`name` must be 1 to 200 characters long.",
+            ),
+            (
+                json!({"task_id": long}),
+                "`task_id` must be 1 to 200 characters long.",
+            ),
+            (json!({"task_id": 7}), "`task_id` must be a string."),
+            (
+                json!({"expires_in_seconds": 59}),
+                "`expires_in_seconds` must be an integer from 60 to 31536000.",
+            ),
+            (
+                json!({"expires_in_seconds": "60"}),
+                "`expires_in_seconds` must be an integer from 60 to 31536000.",
+            ),
+            // Checked in declared order, whatever the body's order.
+            (
+                json!({"expires_in_seconds": 1, "name": true}),
+                "`name` must be a string.",
+            ),
+        ] {
+            assert_eq!(
+                create(body.clone()).err().as_deref(),
+                Some(message),
+                "{body}"
+            );
+        }
+        let bidi = create(json!({"name": "a\u{202E}b"}))
+            .err()
+            .unwrap_or_default();
+        assert!(bidi.starts_with("`name` may not contain"), "{bidi}");
+        assert!(bidi.ends_with("(found U+202E)."), "{bidi}");
+    }
+
+    #[test]
+    fn a_missing_required_field_is_named_first() {
+        let put = |v: Value| match v {
+            Value::Object(m) => parse_fields::<PutStateRequest>(m).map_err(|e| e.to_string()),
+            _ => Err("not an object".into()),
+        };
+        assert_eq!(
+            put(json!({"if_revision": -1})).err().as_deref(),
+            Some("The body must have a `value` field (any JSON).")
+        );
+        assert_eq!(
+            put(json!({"value": 1, "if_revision": -1})).err().as_deref(),
+            Some("`if_revision` must be an integer from 0 to 9223372036854775807.")
+        );
+        let ok = put(json!({"value": null})).expect("null is a value");
+        assert_eq!((ok.value, ok.if_revision), (Value::Null, None));
+    }
+
+    #[test]
+    fn schemas_state_the_constants() {
+        let doc = |s: RefOr<Schema>| serde_json::to_value(s).expect("schema");
+        let create = doc(CreateAddressRequest::schema());
+        assert_eq!(create["properties"]["name"]["maxLength"], LABEL_MAX_CHARS);
+        assert_eq!(
+            create["properties"]["expires_in_seconds"]["minimum"],
+            EXPIRES_IN_MIN_SECONDS
+        );
+        assert_eq!(
+            create["properties"]["expires_in_seconds"]["maximum"],
+            EXPIRES_IN_MAX_SECONDS
+        );
+        assert!(create.get("required").is_none(), "{create}");
+        let put = doc(PutStateRequest::schema());
+        assert_eq!(put["required"], json!(["value"]));
+        assert_eq!(put["properties"]["if_revision"]["maximum"], COUNT_MAX);
+        assert!(
+            put["properties"]["value"].get("type").is_none(),
+            "any JSON: {put}"
+        );
+        let params = FeedParams::into_params(|| None);
+        let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["after", "limit", "wait"]);
+        let limit = serde_json::to_value(&params[1]).expect("param");
+        assert_eq!(limit["in"], "query");
+        assert_eq!(limit["required"], false);
+        assert_eq!(limit["schema"]["maximum"], FEED_LIMIT_MAX);
+        assert!(limit["description"].is_string() && limit["schema"]["description"].is_null());
+    }
+}
