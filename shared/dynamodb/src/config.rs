@@ -30,7 +30,7 @@ impl AwsConfig {
 
     /// The DynamoDB store this configuration names, with SDK clients configured from the
     /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
-    /// DynamoDB's retry policy ([`client_config`]).
+    /// DynamoDB's retry policy ([`client_config`](crate::client_config)).
     pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
         let sdk = sdk_config().await;
         let store = DynamoStore::new(DynamoStore::client(&sdk), &self.table, tombstone_seconds);

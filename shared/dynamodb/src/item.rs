@@ -119,6 +119,9 @@ pub(crate) fn event_from(item: &Item, data: String) -> Event {
     }
 }
 
+/// Bytes of event data kept in the event item itself; the rest goes to chunk items.
+pub const CHUNK_BYTES: usize = 300_000;
+
 /// Splits `text` into pieces of at most `max` bytes, on character boundaries.
 pub fn split_utf8(text: &str, max: usize) -> Vec<&str> {
     let mut parts = Vec::new();
@@ -134,4 +137,32 @@ pub fn split_utf8(text: &str, max: usize) -> Vec<&str> {
     }
     parts.push(rest);
     parts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_split_on_character_boundaries() {
+        let text = "aé€😀".repeat(100_000);
+        let parts = split_utf8(&text, CHUNK_BYTES);
+        assert!(parts.len() > 1);
+        assert!(parts
+            .iter()
+            .all(|p| p.len() <= CHUNK_BYTES && !p.is_empty()));
+        assert_eq!(parts.concat(), text);
+        assert_eq!(split_utf8("", 10), vec![""]);
+        assert_eq!(split_utf8("abc", 3), vec!["abc"]);
+        assert_eq!(split_utf8("abcd", 3), vec!["abc", "d"]);
+    }
+
+    #[test]
+    fn sort_keys_order_events_and_chunks() {
+        assert!(event_sk(9) < event_sk(10));
+        assert!(event_sk(9) < format!("{}#001", event_sk(9)));
+        assert!(format!("{}#001", event_sk(9)) < event_sk(10));
+        assert!(event_sk(u64::MAX).as_str() < "E#~");
+        assert!("E#~" < "I#" && "E#~" < "META" && "E#~" < "S#");
+    }
 }

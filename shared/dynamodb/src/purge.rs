@@ -1,0 +1,171 @@
+//! Purging a deleted (or expired) address's items: the queue DELETE sends it to, one purge step,
+//! and the handler of one purge message.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+
+use crate::capacity::Tally;
+use crate::domain::{ids, Millis};
+use crate::item::*;
+use crate::store::{StoreError, StoreResult};
+use crate::{DynamoStore, Item};
+
+/// Where DELETE sends the address to purge.
+#[derive(Debug, Clone)]
+pub struct PurgeQueue {
+    pub client: aws_sdk_sqs::Client,
+    pub queue_url: String,
+}
+
+/// What one purge step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PurgeProgress {
+    pub deleted_items: u64,
+    /// `false` when items remain: send the message again.
+    pub done: bool,
+}
+
+impl DynamoStore {
+    /// One step of purging a deleted (or expired) address: deletes up to `budget` of its
+    /// items other than the META tombstone. Refuses a live address.
+    pub async fn purge_address(
+        &self,
+        id: &str,
+        budget: usize,
+        now: Millis,
+    ) -> StoreResult<PurgeProgress> {
+        let Some(meta) = self.meta(id).await? else {
+            return Ok(PurgeProgress {
+                deleted_items: 0,
+                done: true,
+            });
+        };
+        if !record_from(&meta)?.is_gone(now) {
+            return Err(StoreError::Internal(format!(
+                "refusing to purge live address {id}"
+            )));
+        }
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk")
+            .expression_attribute_values(":pk", s(pk(id)))
+            .projection_expression("pk, sk")
+            .limit(i32::try_from(budget.max(1) + 1).unwrap_or(i32::MAX))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("Query purge", e))?;
+        let budget = budget.max(1);
+        let others: Vec<Item> = out
+            .items()
+            .iter()
+            .filter(|i| get_s(i, "sk").as_deref() != Some("META"))
+            .map(|i| {
+                key(
+                    get_s(i, "pk").unwrap_or_default(),
+                    get_s(i, "sk").unwrap_or_default(),
+                )
+            })
+            .collect();
+        let more = out.last_evaluated_key().is_some() || others.len() > budget;
+        let keys = &others[..others.len().min(budget)];
+        let found = keys.len();
+        for batch in keys.chunks(25) {
+            let mut requests = Vec::with_capacity(batch.len());
+            for k in batch {
+                let delete = aws_sdk_dynamodb::types::DeleteRequest::builder()
+                    .set_key(Some(k.clone()))
+                    .build()
+                    .map_err(|e| StoreError::Internal(e.to_string()))?;
+                requests.push(
+                    aws_sdk_dynamodb::types::WriteRequest::builder()
+                        .delete_request(delete)
+                        .build(),
+                );
+            }
+            for attempt in 0..8u32 {
+                let out = self
+                    .client
+                    .batch_write_item()
+                    .request_items(&self.table, requests.clone())
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .tally(&self.metrics)
+                    .map_err(|e| sdk_err("BatchWriteItem", e))?;
+                let left = out
+                    .unprocessed_items()
+                    .and_then(|m| m.get(&self.table))
+                    .cloned()
+                    .unwrap_or_default();
+                if left.is_empty() {
+                    break;
+                }
+                if attempt == 7 {
+                    return Err(StoreError::Unavailable(
+                        "BatchWriteItem left unprocessed items".into(),
+                    ));
+                }
+                requests = left;
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+        }
+        let done = !more;
+        Ok(PurgeProgress {
+            deleted_items: found as u64,
+            done,
+        })
+    }
+
+    /// Sends `id` to the purge queue (if one is configured).
+    pub async fn enqueue_purge(&self, id: &str) -> StoreResult<()> {
+        let Some(q) = &self.purge else {
+            return Ok(());
+        };
+        q.client
+            .send_message()
+            .queue_url(&q.queue_url)
+            .message_body(serde_json::json!({ "address_id": id }).to_string())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| StoreError::Unavailable(format!("SendMessage: {e:?}")))
+    }
+}
+
+/// Handles one purge message (`{"address_id": …}`): deletes up to `steps` batches of the
+/// address's items and, when some remain, sends the message again so another invocation goes on.
+pub async fn handle_purge_message(
+    store: &DynamoStore,
+    body: &str,
+    steps: usize,
+    now: Millis,
+) -> StoreResult<PurgeProgress> {
+    let id = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["address_id"].as_str().map(str::to_owned))
+        .filter(|id| ids::is_valid_id(id))
+        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?;
+    let mut total = 0;
+    for _ in 0..steps.max(1) {
+        let step = store.purge_address(&id, 500, now).await?;
+        total += step.deleted_items;
+        if step.done {
+            tracing::info!(address_id = %id, deleted_items = total, "purged");
+            return Ok(PurgeProgress {
+                deleted_items: total,
+                done: true,
+            });
+        }
+    }
+    store.enqueue_purge(&id).await?;
+    Ok(PurgeProgress {
+        deleted_items: total,
+        done: false,
+    })
+}

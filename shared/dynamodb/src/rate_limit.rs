@@ -1,0 +1,42 @@
+//! Rate-limit counters: one item per scope and minute, counted with `ADD`.
+
+use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
+
+use crate::capacity::Tally;
+use crate::domain::Millis;
+use crate::item::*;
+use crate::store::rules::rate_window;
+use crate::store::StoreResult;
+use crate::DynamoStore;
+
+impl DynamoStore {
+    /// `Store::hit_rate_limit` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn hit_rate_limit_impl(
+        &self,
+        scope: &str,
+        limit: u64,
+        now: Millis,
+    ) -> StoreResult<Option<u64>> {
+        let (window, retry_after) = rate_window(now);
+        // Not idempotent: an SDK re-send after an applied attempt counts this request twice
+        // (see the module docs).
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(format!("R#{scope}#{window}"), "R".into())))
+            .update_expression("ADD #c :one SET #ttl = :ttl")
+            .expression_attribute_names("#c", "count")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":ttl", n((window + 2) * 60))
+            .return_values(ReturnValue::UpdatedNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("UpdateItem rate", e))?;
+        let count = out.attributes().map_or(0, |a| get_u(a, "count"));
+        Ok((count > limit).then_some(retry_after))
+    }
+}

@@ -1,0 +1,102 @@
+//! Addresses: creating one, reading it, its usage, and deleting it (a tombstone; its data is
+//! purged at once).
+
+use rusqlite::params;
+
+use crate::domain::{Limits, Millis};
+use crate::purge::purge_data;
+use crate::rows::*;
+use crate::store::{AddressRecord, NewAddress, StoreError, StoreResult, Usage};
+use crate::SqliteStore;
+
+impl SqliteStore {
+    /// `Store::create_address` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn create_address_impl(&self, a: NewAddress) -> StoreResult<()> {
+        self.write(move |conn| {
+            let n = conn
+                .prepare_cached(
+                    "INSERT INTO addresses (id, name, task_id, email, created_at, expires_at, \
+                     token_hash, inbox_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+                     ON CONFLICT(id) DO NOTHING",
+                )
+                .map_err(sql_err)?
+                .execute(params![
+                    a.id,
+                    a.name,
+                    a.task_id,
+                    a.email,
+                    a.created_at,
+                    a.expires_at,
+                    a.token_hash,
+                    a.inbox_hash
+                ])
+                .map_err(sql_err)?;
+            if n == 0 {
+                return Err(StoreError::AddressExists);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// `Store::get_address` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn get_address_impl(
+        &self,
+        id: &str,
+        _now: Millis,
+    ) -> StoreResult<Option<AddressRecord>> {
+        let id = id.to_owned();
+        self.read(move |conn| load_address(conn, &id)).await
+    }
+
+    /// `Store::usage` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn usage_impl(
+        &self,
+        id: &str,
+        _limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Usage> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let a = live_address(conn, &id, now)?;
+            let retained: i64 = conn
+                .prepare_cached(
+                    "SELECT count(*) FROM events WHERE address_id = ?1 AND expires_at > ?2",
+                )
+                .map_err(sql_err)?
+                .query_row(params![id, now], |r| r.get(0))
+                .map_err(sql_err)?;
+            Ok(Usage {
+                last_sequence: a.last_sequence,
+                retained_events: u(retained),
+                state_keys: a.state_keys,
+                state_bytes: a.state_bytes,
+            })
+        })
+        .await
+    }
+
+    /// `Store::delete_address` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn delete_address_impl(&self, id: &str, now: Millis) -> StoreResult<()> {
+        let id = id.to_owned();
+        let result = {
+            let id = id.clone();
+            self.write(move |conn| {
+                live_address(conn, &id, now)?;
+                conn.execute(
+                    "UPDATE addresses SET deleted_at = ?2, purged_at = ?2, state_keys = 0, \
+                     state_bytes = 0 WHERE id = ?1",
+                    params![id, now],
+                )
+                .map_err(sql_err)?;
+                purge_data(conn, &id)?;
+                Ok(())
+            })
+            .await
+        };
+        if result.is_ok() {
+            self.inner.signal.notify(&id, 0);
+        }
+        result
+    }
+}

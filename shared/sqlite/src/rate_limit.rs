@@ -1,0 +1,32 @@
+//! Rate-limit counters: in memory, one per scope and minute window (the sweep drops old windows).
+
+use crate::domain::Millis;
+use crate::store::rules::rate_window;
+use crate::store::StoreResult;
+use crate::SqliteStore;
+
+impl SqliteStore {
+    /// `Store::hit_rate_limit` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn hit_rate_limit_impl(
+        &self,
+        scope: &str,
+        limit: u64,
+        now: Millis,
+    ) -> StoreResult<Option<u64>> {
+        let (window, retry_after) = rate_window(now);
+        let mut windows = self
+            .inner
+            .rate
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if windows.len() > 100_000 {
+            windows.retain(|_, (w, _)| *w >= window);
+        }
+        let entry = windows.entry(scope.to_owned()).or_insert((window, 0));
+        if entry.0 != window {
+            *entry = (window, 0);
+        }
+        entry.1 += 1;
+        Ok((entry.1 > limit).then_some(retry_after))
+    }
+}

@@ -1,0 +1,79 @@
+//! The schema and its migrations, applied in order on open (`PRAGMA user_version` counts them).
+
+use rusqlite::Connection;
+
+use crate::rows::sql_err;
+use crate::store::{StoreError, StoreResult};
+
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE addresses (
+    id          TEXT PRIMARY KEY,
+    name        TEXT,
+    task_id     TEXT,
+    email       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    deleted_at  INTEGER,
+    purged_at   INTEGER,
+    token_hash  TEXT NOT NULL,
+    inbox_hash  TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL DEFAULT 0,
+    state_keys  INTEGER NOT NULL DEFAULT 0,
+    state_bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX addresses_expiry ON addresses(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE events (
+    address_id  TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    id          TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    source      TEXT,
+    ingress     TEXT NOT NULL,
+    received_at INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    acked_at    INTEGER,
+    data        TEXT NOT NULL,
+    http        TEXT,
+    PRIMARY KEY (address_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX events_expiry ON events(expires_at);
+CREATE TABLE state (
+    address_id  TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    revision    INTEGER NOT NULL,
+    size        INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (address_id, key)
+) WITHOUT ROWID;
+CREATE TABLE idempotency (
+    address_id  TEXT NOT NULL,
+    key_hash    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event_id    TEXT NOT NULL,
+    body_hash   TEXT NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (address_id, key_hash)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_expiry ON idempotency(expires_at);
+"#];
+
+pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(sql_err)?;
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Err(StoreError::Internal(format!(
+            "database schema version {version} is newer than this binary understands ({known})"
+        )));
+    }
+    for (n, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let tx = conn.transaction().map_err(sql_err)?;
+        tx.execute_batch(sql).map_err(sql_err)?;
+        tx.pragma_update(None, "user_version", n as i64 + 1)
+            .map_err(sql_err)?;
+        tx.commit().map_err(sql_err)?;
+    }
+    Ok(())
+}
