@@ -26,7 +26,8 @@ pub fn init_tracing() {
 
 async fn store(service: &ServiceConfig) -> Result<DynamoStore, Error> {
     let aws = AwsConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    Ok(aws.store(service.tombstone_seconds).await)
+    let sdk = agentaddress_dynamodb::lambda_sdk_config().await;
+    Ok(aws.store_with(&sdk, service.tombstone_seconds))
 }
 
 /// Serves `groups` of the API as this Lambda function. A binary names the `static` of its own

@@ -38,14 +38,30 @@ pub fn log_allowed(meta: &tracing::Metadata<'_>) -> bool {
     !(from("lambda_runtime") && *meta.level() == tracing::Level::TRACE)
 }
 
+/// The filter `RUST_LOG` sets: comma-separated `target=level` directives and at most one bare
+/// level for every other target (`info,agentaddress_api=debug`); `info` when it is unset or
+/// sets nothing readable. (A `Targets` filter, not `EnvFilter`: span and field directives are not needed,
+/// and `EnvFilter` would link the regex engine into every Lambda function.)
+pub fn rust_log_filter(rust_log: Option<&str>) -> tracing_subscriber::filter::Targets {
+    use tracing_subscriber::filter::Targets;
+    // A value that sets nothing (unset, empty, or no directive readable) means `info`.
+    let filter = rust_log
+        .and_then(|v| v.parse::<Targets>().ok())
+        .filter(|t| t.default_level().is_some() || t.iter().next().is_some())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+    match LOG_DIRECTIVE.split_once('=') {
+        Some((target, level)) => match level.parse::<tracing::Level>() {
+            Ok(level) => filter.with_target(target, level),
+            Err(_) => filter,
+        },
+        None => filter,
+    }
+}
+
 /// Installs the global subscriber (once; a second call changes nothing).
 pub fn init(format: LogFormat) {
     use tracing_subscriber::prelude::*;
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    if let Ok(cap) = LOG_DIRECTIVE.parse() {
-        filter = filter.add_directive(cap);
-    }
+    let filter = rust_log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let cap = tracing_subscriber::filter::filter_fn(log_allowed);
     let registry = tracing_subscriber::registry().with(filter);
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
@@ -99,5 +115,26 @@ mod tests {
         assert!(!allowed("lambda_runtime::layers", Level::TRACE));
         assert!(allowed("lambda_runtime", Level::DEBUG));
         assert!(allowed("agentaddress_api", Level::TRACE));
+    }
+
+    #[test]
+    fn rust_log_sets_levels_by_target() {
+        use tracing::Level;
+        use tracing_subscriber::filter::LevelFilter;
+        let f = rust_log_filter(None);
+        assert!(f.would_enable("agentaddress_api", &Level::INFO));
+        assert!(!f.would_enable("agentaddress_api", &Level::DEBUG));
+        let f = rust_log_filter(Some("warn,agentaddress_api=debug"));
+        assert!(f.would_enable("agentaddress_api::handlers", &Level::DEBUG));
+        assert!(!f.would_enable("hyper", &Level::INFO));
+        assert!(f.would_enable("hyper", &Level::WARN));
+        let f = rust_log_filter(Some("trace"));
+        assert!(f.would_enable("anything", &Level::TRACE));
+        assert!(
+            !f.would_enable("rmcp::service", &Level::INFO),
+            "rmcp capped at warn"
+        );
+        let f = rust_log_filter(Some("agentaddress_api=loud"));
+        assert_eq!(f.default_level(), Some(LevelFilter::INFO));
     }
 }

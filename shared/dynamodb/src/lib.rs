@@ -77,7 +77,7 @@ mod state;
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
 use capacity::Tally;
 pub use capacity::{CapacityUsage, Metrics};
-pub use config::{sdk_config, AwsConfig};
+pub use config::{lambda_sdk_config, sdk_config, AwsConfig};
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use purge::{handle_purge_message, PurgeProgress, PurgeQueue};

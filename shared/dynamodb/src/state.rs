@@ -11,17 +11,9 @@ use crate::item::*;
 use crate::retry::with_append_retries;
 use crate::store::rules::{self, check_expected, StateTotals};
 use crate::store::{
-    AddressRecord, StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, StoreError,
-    StoreResult,
+    StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, StoreError, StoreResult,
 };
 use crate::{DynamoStore, Item};
-
-fn totals_of(address: &AddressRecord) -> StateTotals {
-    StateTotals {
-        keys: address.state_keys,
-        bytes: address.state_bytes,
-    }
-}
 
 impl DynamoStore {
     /// `Store::list_state` (the trait impl in lib.rs delegates here).
@@ -110,7 +102,7 @@ impl DynamoStore {
             check_expected(expected, read_revision)?;
             let size = entry_size(k, value);
             let totals = rules::state_after_put(
-                totals_of(&address),
+                StateTotals::of(&address),
                 current.as_ref().map(|item| get_u(item, "size")),
                 size,
                 limits,
@@ -173,7 +165,8 @@ impl DynamoStore {
                 return Err(StoreError::QuotaExceeded);
             }
             let event = rules::state_deleted_event(k, seq);
-            let totals = rules::state_after_delete(totals_of(&address), get_u(&current, "size"));
+            let totals =
+                rules::state_after_delete(StateTotals::of(&address), get_u(&current, "size"));
             let change = StateChange::Delete {
                 key: k.to_owned(),
                 read_revision,

@@ -134,3 +134,49 @@ mod dynamodb_only {
             .is_err());
     }
 }
+
+/// The Lambda functions' SDK configuration (`lambda_sdk_config`: the region, credentials and
+/// endpoints of the environment only) reaches the same table, and an address written through
+/// it reads back through the default chain's configuration.
+mod lambda_config {
+    use agentaddress_core::domain::ids;
+    use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::{NewAddress, Store};
+    use agentaddress_dynamodb::{lambda_sdk_config, AwsConfig, DynamoStore};
+
+    #[tokio::test]
+    async fn reaches_the_table_from_the_environment_alone() {
+        let _ = super::dynamo().await; // the same loud checks of the environment
+        let sdk = lambda_sdk_config().await;
+        assert_eq!(
+            sdk.region().map(|r| r.as_ref().to_owned()),
+            std::env::var("AWS_REGION").ok(),
+            "the region is AWS_REGION"
+        );
+        let aws = AwsConfig {
+            table: super::table(),
+            purge_queue_url: None,
+        };
+        let lean = aws.store_with(&sdk, 30 * 86_400);
+        let id = ids::new_address_id();
+        lean.create_address(NewAddress {
+            id: id.clone(),
+            name: Some("lean".into()),
+            task_id: None,
+            email: format!("{id}@x.test"),
+            created_at: T0,
+            expires_at: None,
+            token_hash: ids::hash_secret("t"),
+            inbox_hash: ids::hash_secret("i"),
+        })
+        .await
+        .expect("create through the Lambda configuration");
+        let full = DynamoStore::new(DynamoStore::client_from_env().await, super::table(), 86_400);
+        let read = full
+            .get_address(&id, T0)
+            .await
+            .expect("read")
+            .expect("the address is there");
+        assert_eq!(read.name.as_deref(), Some("lean"));
+    }
+}

@@ -8,17 +8,9 @@ use crate::domain::{state::entry_size, Limits, Millis};
 use crate::rows::*;
 use crate::store::rules::{self, check_expected, StateTotals};
 use crate::store::{
-    AddressRecord, StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, StoreError,
-    StoreResult,
+    StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, StoreError, StoreResult,
 };
 use crate::SqliteStore;
-
-fn totals_of(address: &AddressRecord) -> StateTotals {
-    StateTotals {
-        keys: address.state_keys,
-        bytes: address.state_bytes,
-    }
-}
 
 fn current_state(
     conn: &Connection,
@@ -119,7 +111,7 @@ impl SqliteStore {
                 check_expected(expected, current.map(|c| c.0))?;
                 let size = entry_size(&key, &value);
                 let totals = rules::state_after_put(
-                    totals_of(&address),
+                    StateTotals::of(&address),
                     current.map(|c| c.1),
                     size,
                     &limits,
@@ -181,7 +173,7 @@ impl SqliteStore {
                 check_expected(expected, Some(revision))?;
                 let new_revision = address.last_sequence + 1;
                 let event = rules::state_deleted_event(&key, new_revision);
-                let totals = rules::state_after_delete(totals_of(&address), size);
+                let totals = rules::state_after_delete(StateTotals::of(&address), size);
                 let event_ref = append_in_tx(conn, &address, &event, &limits, now)?;
                 conn.prepare_cached("DELETE FROM state WHERE address_id = ?1 AND key = ?2")
                     .map_err(sql_err)?

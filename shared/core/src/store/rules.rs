@@ -2,7 +2,9 @@
 //! atomic step (one SQLite transaction; one DynamoDB transaction with its conditions), so the
 //! two deployments cannot disagree. A store only persists what these decide.
 
-use super::{Appended, EventRef, IdempotencyClaim, NewEvent, StoreError, StoreResult};
+use super::{
+    AddressRecord, Appended, EventRef, IdempotencyClaim, NewEvent, StoreError, StoreResult,
+};
 use crate::domain::{Ingress, Limits, Millis};
 
 /// The compare-and-set rule of state writes and deletes: `None` always holds, `Some(0)` holds
@@ -44,6 +46,16 @@ pub fn state_deleted_data(key: &str, revision: u64) -> String {
 pub struct StateTotals {
     pub keys: u64,
     pub bytes: u64,
+}
+
+impl StateTotals {
+    /// The totals an address record carries.
+    pub fn of(address: &AddressRecord) -> Self {
+        Self {
+            keys: address.state_keys,
+            bytes: address.state_bytes,
+        }
+    }
 }
 
 /// The totals after writing an entry of `size` bytes at a key that held an entry of `old_size`
