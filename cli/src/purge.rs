@@ -11,15 +11,12 @@ use agentaddress_dynamodb::AwsConfig;
 /// Purge steps per message before it is sent again (as the Lambda does).
 const STEPS_PER_MESSAGE: usize = 8;
 
+/// The deployment's table and purge queue (`--table`, `--purge-queue-url`, or their
+/// environment variables: the same as the functions'), and the service settings.
 #[derive(Debug, clap::Args)]
 pub struct PurgeArgs {
-    /// The purge queue to consume.
-    #[arg(long, env = "AGENTADDRESS_PURGE_QUEUE_URL")]
-    queue_url: String,
-
-    /// The DynamoDB table.
-    #[arg(long, env = "AGENTADDRESS_TABLE")]
-    table: String,
+    #[command(flatten)]
+    aws: AwsConfig,
 
     #[command(flatten)]
     service: ServiceConfig,
@@ -34,19 +31,22 @@ pub fn run(args: PurgeArgs) -> ExitCode {
 }
 
 async fn work(args: PurgeArgs) -> ExitCode {
-    let aws = AwsConfig {
-        table: args.table.clone(),
-        purge_queue_url: Some(args.queue_url.clone()),
+    let Some(queue_url) = args.aws.purge_queue_url.clone() else {
+        eprintln!(
+            "agentaddress purge-worker: the purge queue is required \
+             (--purge-queue-url or AGENTADDRESS_PURGE_QUEUE_URL)"
+        );
+        return ExitCode::from(2);
     };
-    let store = aws.store(args.service.tombstone_seconds).await;
     let sdk = agentaddress_dynamodb::sdk_config().await;
+    let store = args.aws.store_with(&sdk, args.service.tombstone_seconds);
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    tracing::info!(queue = %args.queue_url, table = %args.table, "purge worker started");
+    tracing::info!(queue = %queue_url, table = %args.aws.table, "purge worker started");
     loop {
         let received = tokio::select! {
             r = sqs
                 .receive_message()
-                .queue_url(&args.queue_url)
+                .queue_url(&queue_url)
                 .max_number_of_messages(10)
                 .wait_time_seconds(20)
                 .send() => r,
@@ -70,7 +70,7 @@ async fn work(args: PurgeArgs) -> ExitCode {
                     if let Some(handle) = m.receipt_handle() {
                         if let Err(e) = sqs
                             .delete_message()
-                            .queue_url(&args.queue_url)
+                            .queue_url(&queue_url)
                             .receipt_handle(handle)
                             .send()
                             .await

@@ -80,7 +80,7 @@ pub use capacity::{CapacityUsage, Metrics};
 pub use config::{lambda_sdk_config, sdk_config, AwsConfig};
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
-pub use purge::{handle_purge_message, PurgeProgress, PurgeQueue};
+pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue};
 pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 
 use std::collections::HashMap;

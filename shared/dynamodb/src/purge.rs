@@ -130,7 +130,7 @@ impl DynamoStore {
         q.client
             .send_message()
             .queue_url(&q.queue_url)
-            .message_body(serde_json::json!({ "address_id": id }).to_string())
+            .message_body(PurgeMessage::new(id).to_body())
             .send()
             .await
             .map(|_| ())
@@ -138,7 +138,35 @@ impl DynamoStore {
     }
 }
 
-/// Handles one purge message (`{"address_id": …}`): deletes up to `steps` batches of the
+/// The body of a purge queue message: which deleted address to purge. Written by
+/// [`DynamoStore::enqueue_purge`], read by [`handle_purge_message`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PurgeMessage {
+    pub address_id: String,
+}
+
+impl PurgeMessage {
+    pub fn new(address_id: &str) -> Self {
+        Self {
+            address_id: address_id.to_owned(),
+        }
+    }
+
+    /// The message's JSON body.
+    pub fn to_body(&self) -> String {
+        // A struct of one string field always serializes.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A message body, if it is one with a valid address id (other members are ignored).
+    pub fn parse(body: &str) -> Option<Self> {
+        serde_json::from_str::<Self>(body)
+            .ok()
+            .filter(|m| ids::is_valid_id(&m.address_id))
+    }
+}
+
+/// Handles one purge message ([`PurgeMessage`]): deletes up to `steps` batches of the
 /// address's items and, when some remain, sends the message again so another invocation goes on.
 pub async fn handle_purge_message(
     store: &DynamoStore,
@@ -146,11 +174,9 @@ pub async fn handle_purge_message(
     steps: usize,
     now: Millis,
 ) -> StoreResult<PurgeProgress> {
-    let id = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["address_id"].as_str().map(str::to_owned))
-        .filter(|id| ids::is_valid_id(id))
-        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?;
+    let id = PurgeMessage::parse(body)
+        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?
+        .address_id;
     let mut total = 0;
     for _ in 0..steps.max(1) {
         let step = store.purge_address(&id, 500, now).await?;
@@ -168,4 +194,30 @@ pub async fn handle_purge_message(
         deleted_items: total,
         done: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PurgeMessage;
+
+    #[test]
+    fn a_purge_message_is_its_address_id() {
+        let m = PurgeMessage::new("addr_x-1");
+        assert_eq!(m.to_body(), r#"{"address_id":"addr_x-1"}"#);
+        assert_eq!(PurgeMessage::parse(&m.to_body()), Some(m));
+        assert_eq!(
+            PurgeMessage::parse(r#"{"address_id":"addr_y","extra":1}"#),
+            Some(PurgeMessage::new("addr_y"))
+        );
+        for bad in [
+            "",
+            "{}",
+            "null",
+            r#"{"address_id":7}"#,
+            r#"{"address_id":"a/b"}"#,
+            r#"{"address_id":""}"#,
+        ] {
+            assert_eq!(PurgeMessage::parse(bad), None, "{bad}");
+        }
+    }
 }
