@@ -1,0 +1,50 @@
+//! agentaddress inbound email, the store-independent parsing step (docs/API.md §10).
+//!
+//! Every accepted message appends one event to the recipient's feed:
+//!
+//! - `type` = `email.received`, `ingress_surface` = `email`;
+//! - `source` = the sender's mailbox: the lower-cased addr-spec of `From` (the envelope's
+//!   `MAIL FROM` when the message has no `From`);
+//! - `data` = the object built by [`parse_message`], keys in this order: `email_id`,
+//!   `message_id`, `in_reply_to`, `references`, `from`, `reply_to`, `to`, `cc`, `tag`,
+//!   `subject`, `date`, `text`, `html`, `truncated`, `attachments`, `envelope`, `size`,
+//!   `provider`, `auth` ([`DATA_KEYS`]).
+//!
+//! Headers are decoded (RFC 2047, any charset to UTF-8); `text` comes from the text parts (or
+//! is derived from the HTML when there is none); `html` is the HTML part as sent. `data` obeys
+//! a byte limit (the inbox body limit): `html` is dropped first, then `text` is cut at a
+//! character boundary, and `truncated` is set. `date` is RFC 3339 UTC when `Date` parses,
+//! else null. `size` is the raw message's byte length. `auth` carries the SPF, DKIM and DMARC
+//! verdicts evaluated by the caller ([`AuthResults`]).
+//!
+//! `email_id` is the idempotency key: the same message delivered twice (a provider retry, an
+//! SMTP client that lost the `250`) yields the same `email_id` (see [`email_id`]). Attachment
+//! ids are derived from the part's position, so [`attachment`] can re-parse the stored raw
+//! message and find the same part.
+//!
+//! Recipients ([`parse_recipient`]) match case-insensitively; `{local}+{tag}@{domain}` delivers
+//! to `{local}@{domain}` and records `tag`.
+//!
+//! Everything here is hostile input. A message is refused permanently ([`Refusal`], each with
+//! its SMTP reply) when it is over the raw size limit (default 10 MB) or too complex; the
+//! bounds ([`EmailLimits`]) are checked by a linear pre-scan before the MIME parser sees the
+//! bytes, and again on the parsed tree.
+#![forbid(unsafe_code)]
+
+mod attachment;
+mod id;
+mod limits;
+mod message;
+mod recipient;
+mod refusal;
+mod truncate;
+
+pub use attachment::{attachment, sanitize_filename, Attachment};
+pub use id::email_id;
+pub use limits::EmailLimits;
+pub use message::{
+    parse_message, AuthResults, AuthVerdict, Envelope, ParsedEmail, Provider, DATA_KEYS,
+    EVENT_TYPE, INGRESS_SURFACE,
+};
+pub use recipient::{parse_recipient, Recipient};
+pub use refusal::{Refusal, SmtpReply};
