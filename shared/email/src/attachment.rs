@@ -87,6 +87,8 @@ fn content_type(part: &MessagePart<'_>) -> String {
         (ok(t) && ok(s) && t.len() + s.len() < MAX_CONTENT_TYPE)
             .then(|| format!("{t}/{s}").to_ascii_lowercase())
     });
+    // A multipart whose boundary never came is kept as a leaf: not a multipart any more.
+    let declared = declared.filter(|ct| !ct.starts_with("multipart/"));
     declared.unwrap_or_else(|| {
         match part.body {
             PartType::Text(_) => "text/plain",

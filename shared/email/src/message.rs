@@ -168,7 +168,7 @@ pub fn parse_message(
     })
 }
 
-/// Pre-scans `raw`, parses it (a panic in the parser becomes [`Refusal::Unparseable`]: the
+/// Pre-scans `raw`, parses it, refuses a message without header fields (a panic in the parser becomes [`Refusal::Unparseable`]: the
 /// release profile unwinds), and checks the parsed tree's parts and nesting.
 pub(crate) fn parse_bounded<'x>(
     raw: &'x [u8],
@@ -178,6 +178,9 @@ pub(crate) fn parse_bounded<'x>(
     let message = std::panic::catch_unwind(|| MessageParser::default().parse(raw))
         .map_err(|_| Refusal::Unparseable)?
         .ok_or(Refusal::Unparseable)?;
+    if message.parts.first().is_none_or(|p| p.headers.is_empty()) {
+        return Err(Refusal::NoHeaders);
+    }
     check_tree(&message, limits)?;
     Ok(message)
 }

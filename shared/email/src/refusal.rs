@@ -22,6 +22,7 @@ impl std::fmt::Display for SmtpReply {
 /// | `TooLarge`       | `552 5.3.4 Message size exceeds fixed limit`       |
 /// | `DataTooLarge`   | `552 5.3.4 Message headers exceed the event limit` |
 /// | `TooComplex`     | `554 5.6.0 Message structure too complex`          |
+/// | `NoHeaders`      | `554 5.6.0 Message has no header fields`           |
 /// | `Unparseable`    | `554 5.6.0 Message could not be parsed`            |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
@@ -35,7 +36,10 @@ pub enum Refusal {
     /// Too many parts, header fields, or nesting levels.
     #[error("message too complex: {why}")]
     TooComplex { why: &'static str },
-    /// No header could be found, or the parser gave up.
+    /// The message starts with its body: no header field at all.
+    #[error("message has no header fields")]
+    NoHeaders,
+    /// The parser found nothing, or gave up.
     #[error("message could not be parsed")]
     Unparseable,
 }
@@ -58,6 +62,11 @@ impl Refusal {
                 code: 554,
                 enhanced: "5.6.0",
                 text: "Message structure too complex",
+            },
+            Refusal::NoHeaders => SmtpReply {
+                code: 554,
+                enhanced: "5.6.0",
+                text: "Message has no header fields",
             },
             Refusal::Unparseable => SmtpReply {
                 code: 554,
