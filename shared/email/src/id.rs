@@ -54,6 +54,9 @@ mod tests {
         assert_eq!(email_id(Some("ses-123"), None, "", b""), "ses-123");
         let bad = email_id(Some("not valid!"), None, "", b"");
         assert!(is_valid_id(&bad) && bad.starts_with("eml_"));
-        assert_ne!(email_id(None, None, "", b"a"), email_id(None, None, "", b"b"));
+        assert_ne!(
+            email_id(None, None, "", b"a"),
+            email_id(None, None, "", b"b")
+        );
     }
 }

@@ -109,7 +109,10 @@ pub fn parse_message(
         .as_ref()
         .map(|(_, addr)| addr.clone())
         .or_else(|| mailbox(&envelope.mail_from));
-    let message_id = message.message_id().map(str::trim).filter(|s| !s.is_empty());
+    let message_id = message
+        .message_id()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
     let email_id = id::email_id(
         email_id_hint,
         message_id,
@@ -233,7 +236,10 @@ fn ids<'a>(value: &'a HeaderValue<'_>) -> Box<dyn Iterator<Item = &'a str> + 'a>
 }
 
 fn angle(id: &str) -> String {
-    format!("<{}>", id.trim().trim_start_matches('<').trim_end_matches('>'))
+    format!(
+        "<{}>",
+        id.trim().trim_start_matches('<').trim_end_matches('>')
+    )
 }
 
 /// `(shown, addr-spec lower-cased)` of an address header's first mailbox.
@@ -261,7 +267,10 @@ fn all_addrs(address: Option<&Address<'_>>) -> Vec<String> {
 fn show(name: Option<&str>, spec: &str) -> String {
     match name.map(str::trim).filter(|n| !n.is_empty()) {
         None => spec.to_owned(),
-        Some(n) if n.chars().all(|c| c.is_alphanumeric() || " !#$%&'*+-/=?^_`{|}~".contains(c)) => {
+        Some(n)
+            if n.chars()
+                .all(|c| c.is_alphanumeric() || " !#$%&'*+-/=?^_`{|}~".contains(c)) =>
+        {
             format!("{n} <{spec}>")
         }
         Some(n) => format!(
@@ -273,6 +282,10 @@ fn show(name: Option<&str>, spec: &str) -> String {
 
 /// The lower-cased mailbox of an envelope address (`<a@b>` or `a@b`), if it is one.
 fn mailbox(addr: &str) -> Option<String> {
-    let addr = addr.trim().trim_start_matches('<').trim_end_matches('>').trim();
+    let addr = addr
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .trim();
     (addr.contains('@') && !addr.chars().any(char::is_whitespace)).then(|| addr.to_lowercase())
 }

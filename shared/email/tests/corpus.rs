@@ -20,7 +20,10 @@ fn plain_text() {
     assert_eq!(d["truncated"], false);
     assert_eq!(d["size"], corpus("plain.eml").len());
     assert_eq!(d["provider"], "smtp");
-    assert_eq!(d["auth"], json!({"spf": "none", "dkim": "none", "dmarc": "none"}));
+    assert_eq!(
+        d["auth"],
+        json!({"spf": "none", "dkim": "none", "dmarc": "none"})
+    );
     assert_eq!(
         d["envelope"],
         json!({"mail_from": "bounce@sender.example", "rcpt_to": ["addr_abc@inbox.example"]})
@@ -43,7 +46,9 @@ fn multipart_alternative() {
 #[test]
 fn html_only_derives_text() {
     let d = accept("html_only.eml");
-    assert!(d["html"].as_str().is_some_and(|h| h.contains("<h1>Title</h1>")));
+    assert!(d["html"]
+        .as_str()
+        .is_some_and(|h| h.contains("<h1>Title</h1>")));
     let text = d["text"].as_str().expect("text derived");
     assert!(text.contains("Title") && text.contains("Some & text") && !text.contains('<'));
 }
@@ -77,8 +82,21 @@ fn attachment_listed_and_round_trips() {
     );
     // Stable across parses; unknown or non-canonical ids find nothing.
     assert_eq!(accept("attachment.eml")["attachments"], d["attachments"]);
-    for unknown in ["att_0", "att_1", "att_3", "att_02", "att_+2", "att_", "x", "att_99999999999"] {
-        assert_eq!(attachment(&raw, unknown, &EmailLimits::default()), None, "{unknown}");
+    for unknown in [
+        "att_0",
+        "att_1",
+        "att_3",
+        "att_02",
+        "att_+2",
+        "att_",
+        "x",
+        "att_99999999999",
+    ] {
+        assert_eq!(
+            attachment(&raw, unknown, &EmailLimits::default()),
+            None,
+            "{unknown}"
+        );
     }
 }
 
@@ -111,7 +129,9 @@ fn gmail_reply_threads() {
     );
     assert_eq!(d["message_id"], "<CAGmail123+abc@mail.gmail.com>");
     assert_eq!(d["date"], "2026-12-02T17:15:30Z");
-    assert!(d["text"].as_str().is_some_and(|t| t.starts_with("Looks good.")));
+    assert!(d["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("Looks good.")));
     assert!(d["html"]
         .as_str()
         .is_some_and(|h| h.contains("<div dir=\"ltr\">") && h.contains("Tuesday")));
@@ -131,7 +151,9 @@ fn outlook_shaped() {
 fn apple_mail_shaped() {
     let d = accept("apple_mail.eml");
     assert_eq!(d["text"], "Here it is.");
-    assert!(d["html"].as_str().is_some_and(|h| h.contains("cid:photo@icloud")));
+    assert!(d["html"]
+        .as_str()
+        .is_some_and(|h| h.contains("cid:photo@icloud")));
     assert_eq!(d["date"], "2026-12-03T23:00:00Z");
     let atts = d["attachments"].as_array().expect("attachments");
     assert_eq!(atts.len(), 1);
@@ -197,7 +219,10 @@ fn bad_base64_is_kept_not_fatal() {
 
 #[test]
 fn bad_quoted_printable_is_best_effort() {
-    let text = accept("bad_qp.eml")["text"].as_str().expect("text").to_owned();
+    let text = accept("bad_qp.eml")["text"]
+        .as_str()
+        .expect("text")
+        .to_owned();
     assert!(text.starts_with("broken =ZZ escape and "));
 }
 
@@ -236,9 +261,16 @@ fn evil_filenames_are_sanitized() {
         .filter_map(|a| a["filename"].as_str())
         .collect();
     assert_eq!(names, ["passwd", "y", "abc.txt"]);
-    let got = attachment(&corpus("evil_filenames.eml"), "att_2", &EmailLimits::default())
-        .expect("found");
-    assert_eq!((got.filename.as_str(), got.bytes.as_slice()), ("passwd", &b"root"[..]));
+    let got = attachment(
+        &corpus("evil_filenames.eml"),
+        "att_2",
+        &EmailLimits::default(),
+    )
+    .expect("found");
+    assert_eq!(
+        (got.filename.as_str(), got.bytes.as_slice()),
+        ("passwd", &b"root"[..])
+    );
 }
 
 // ----- generated hostile messages -----
@@ -251,20 +283,36 @@ fn one_megabyte_header_line() {
     let parsed = parse(raw.as_bytes()).expect("accepted");
     assert_eq!(parsed.data["subject"], "big");
     assert_eq!(parsed.data["text"], "body\r\n");
-    let raw = format!("From: x@example.com\r\nSubject: {}\r\n\r\nbody\r\n", "s".repeat(1_000_000));
-    assert_eq!(parse(raw.as_bytes()), Err(Refusal::DataTooLarge { limit: 1_000_000 }));
+    let raw = format!(
+        "From: x@example.com\r\nSubject: {}\r\n\r\nbody\r\n",
+        "s".repeat(1_000_000)
+    );
+    assert_eq!(
+        parse(raw.as_bytes()),
+        Err(Refusal::DataTooLarge { limit: 1_000_000 })
+    );
 }
 
 #[test]
 fn ten_thousand_parts_refused() {
     let mut raw = format!("{HEAD}Content-Type: multipart/mixed; boundary=\"P\"\r\n\r\n");
     for i in 0..10_000 {
-        raw.push_str(&format!("--P\r\nContent-Type: text/plain\r\n\r\npart {i}\r\n"));
+        raw.push_str(&format!(
+            "--P\r\nContent-Type: text/plain\r\n\r\npart {i}\r\n"
+        ));
     }
     raw.push_str("--P--\r\n");
     let refusal = parse(raw.as_bytes()).expect_err("refused");
-    assert_eq!(refusal, Refusal::TooComplex { why: "too many MIME parts" });
-    assert_eq!(refusal.smtp_reply().to_string(), "554 5.6.0 Message structure too complex");
+    assert_eq!(
+        refusal,
+        Refusal::TooComplex {
+            why: "too many MIME parts"
+        }
+    );
+    assert_eq!(
+        refusal.smtp_reply().to_string(),
+        "554 5.6.0 Message structure too complex"
+    );
 }
 
 #[test]
@@ -279,7 +327,10 @@ fn multipart_nested_a_thousand_deep_refused() {
     for i in (0..1_000).rev() {
         raw.push_str(&format!("--b{i}--\r\n"));
     }
-    assert!(matches!(parse(raw.as_bytes()), Err(Refusal::TooComplex { .. })));
+    assert!(matches!(
+        parse(raw.as_bytes()),
+        Err(Refusal::TooComplex { .. })
+    ));
 }
 
 #[test]
@@ -301,7 +352,9 @@ fn multipart_nested_within_bounds_accepted_deeper_refused() {
     assert_eq!(ok.data["text"], "deep");
     assert_eq!(
         parse(nested(100).as_bytes()),
-        Err(Refusal::TooComplex { why: "nested too deeply" })
+        Err(Refusal::TooComplex {
+            why: "nested too deeply"
+        })
     );
 }
 
@@ -314,13 +367,18 @@ fn message_rfc822_nested_deeply_refused() {
     raw.push_str("From: y@example.com\r\nSubject: innermost\r\n\r\nhi\r\n");
     assert_eq!(
         parse(raw.as_bytes()),
-        Err(Refusal::TooComplex { why: "nested too deeply" })
+        Err(Refusal::TooComplex {
+            why: "nested too deeply"
+        })
     );
     let mut many = String::new();
     for _ in 0..5_000 {
         many.push_str("From: x@example.com\r\nContent-Type: message/rfc822\r\n\r\n");
     }
-    assert!(matches!(parse(many.as_bytes()), Err(Refusal::TooComplex { .. })));
+    assert!(matches!(
+        parse(many.as_bytes()),
+        Err(Refusal::TooComplex { .. })
+    ));
 }
 
 #[test]
@@ -328,7 +386,9 @@ fn too_many_header_fields_refused() {
     let raw = format!("{HEAD}{}\r\nbody\r\n", "X-A: b\r\n".repeat(30_000));
     assert_eq!(
         parse(raw.as_bytes()),
-        Err(Refusal::TooComplex { why: "too many header fields" })
+        Err(Refusal::TooComplex {
+            why: "too many header fields"
+        })
     );
 }
 
@@ -336,7 +396,13 @@ fn too_many_header_fields_refused() {
 fn over_the_raw_limit_refused_first() {
     let raw = vec![b'a'; 10_000_001];
     let refusal = parse(&raw).expect_err("refused");
-    assert_eq!(refusal, Refusal::TooLarge { size: 10_000_001, limit: 10_000_000 });
+    assert_eq!(
+        refusal,
+        Refusal::TooLarge {
+            size: 10_000_001,
+            limit: 10_000_000
+        }
+    );
     assert_eq!(refusal.smtp_reply().code, 552);
     assert_eq!(refusal.smtp_reply().enhanced, "5.3.4");
 }

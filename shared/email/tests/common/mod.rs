@@ -46,10 +46,14 @@ pub fn check_shape(parsed: &ParsedEmail, limit: usize) {
     let obj = parsed.data.as_object().expect("data is an object");
     let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     assert_eq!(keys, agentaddress_email::DATA_KEYS);
-    let len = serde_json::to_vec(&parsed.data).map(|v| v.len()).unwrap_or(usize::MAX);
+    let len = serde_json::to_vec(&parsed.data)
+        .map(|v| v.len())
+        .unwrap_or(usize::MAX);
     assert!(len <= limit, "data is {len} bytes, over {limit}");
     assert_eq!(obj["email_id"], parsed.email_id.as_str());
-    assert!(agentaddress_core::domain::ids::is_valid_id(&parsed.email_id));
+    assert!(agentaddress_core::domain::ids::is_valid_id(
+        &parsed.email_id
+    ));
     for a in obj["attachments"].as_array().expect("attachments") {
         let name = a["filename"].as_str().expect("filename");
         assert!(!name.is_empty() && !name.contains(['/', '\\']));
