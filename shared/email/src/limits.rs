@@ -9,6 +9,12 @@
 //! when either is over its limit. Every nesting level is a part, so the part bound also bounds
 //! the parser's stack; the actual nesting depth is then checked on the parsed tree
 //! (`message.rs`), iteratively.
+//!
+//! A base64- or quoted-printable-encoded `message/rfc822` (or `message/global`) part hides its
+//! structure from the pre-scan, and the parser parses it after decoding: such a message is
+//! refused. RFC 2046 §5.2.1 allows only 7bit, 8bit and binary for `message/rfc822`. The
+//! pre-scan finds them by following header blocks (the top one, one after each delimiter line,
+//! one after each `message/*` or digest part's header block).
 
 use crate::Refusal;
 
@@ -60,25 +66,48 @@ pub(crate) fn prescan(raw: &[u8], limits: &EmailLimits) -> Result<(), Refusal> {
             limit: limits.max_raw_bytes,
         });
     }
+    let has_digest = contains_ci(raw, b"digest");
     let mut delimiter_lines = 0usize;
     let mut field_lines = 0usize;
+    let mut block = Some(HeaderBlock::default());
     for line in raw.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.starts_with(b"--") {
             delimiter_lines += 1;
-        } else if line.first().is_some_and(|b| !b.is_ascii_whitespace())
+            block = Some(HeaderBlock::default());
+            continue;
+        }
+        if line.first().is_some_and(|b| !b.is_ascii_whitespace())
             && line.iter().take(100).any(|&b| b == b':')
         {
             field_lines += 1;
         }
+        let Some(current) = block.as_mut() else {
+            continue;
+        };
+        if !line.is_empty() {
+            current.line(line);
+            continue;
+        }
+        if current.message && current.encoded {
+            return Err(Refusal::TooComplex {
+                why: "encoded message/rfc822 part",
+            });
+        }
+        // The body of a message part (or of a digest's part without Content-Type) starts
+        // with the inner message's header block.
+        let inner = current.message || (has_digest && !current.content_type);
+        block = inner.then(HeaderBlock::default);
+    }
+    if block.is_some_and(|b| b.message && b.encoded) {
+        return Err(Refusal::TooComplex {
+            why: "encoded message/rfc822 part",
+        });
     }
     // A part starts after a delimiter line, or is the body of a `message/*` part (named in a
     // Content-Type, or implicit: every part of a multipart/digest). So this is an upper bound.
     let message_parts = count_ci(raw, b"message/");
-    let digest_parts = if count_ci(raw, b"digest") > 0 {
-        delimiter_lines
-    } else {
-        0
-    };
+    let digest_parts = if has_digest { delimiter_lines } else { 0 };
     let parts = 1usize
         .saturating_add(delimiter_lines)
         .saturating_add(message_parts)
@@ -94,6 +123,65 @@ pub(crate) fn prescan(raw: &[u8], limits: &EmailLimits) -> Result<(), Refusal> {
         });
     }
     Ok(())
+}
+
+/// What the pre-scan notes of one header block.
+#[derive(Default, Clone, Copy)]
+struct HeaderBlock {
+    /// The field the last line belongs to (for folded lines).
+    last: Field,
+    content_type: bool,
+    /// Content-Type is message/rfc822 or message/global: the parser parses its body.
+    message: bool,
+    /// Content-Transfer-Encoding is base64 or quoted-printable.
+    encoded: bool,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    #[default]
+    Other,
+    ContentType,
+    Encoding,
+}
+
+impl HeaderBlock {
+    fn line(&mut self, line: &[u8]) {
+        let value = if line.first().is_some_and(|b| b.is_ascii_whitespace()) {
+            line
+        } else {
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                self.last = Field::Other;
+                return;
+            };
+            let name = line.get(..colon).unwrap_or_default().trim_ascii();
+            self.last = if name.eq_ignore_ascii_case(b"content-type") {
+                self.content_type = true;
+                Field::ContentType
+            } else if name.eq_ignore_ascii_case(b"content-transfer-encoding") {
+                Field::Encoding
+            } else {
+                Field::Other
+            };
+            line.get(colon + 1..).unwrap_or_default()
+        };
+        match self.last {
+            Field::ContentType => {
+                self.message |=
+                    contains_ci(value, b"message/rfc822") || contains_ci(value, b"message/global");
+            }
+            Field::Encoding => {
+                self.encoded |=
+                    contains_ci(value, b"base64") || contains_ci(value, b"quoted-printable");
+            }
+            Field::Other => {}
+        }
+    }
+}
+
+fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Occurrences of `needle` (lower-case ASCII) in `hay`, ignoring ASCII case.
@@ -131,6 +219,18 @@ mod tests {
             prescan(many.as_bytes(), &limits),
             Err(Refusal::TooComplex { .. })
         ));
+        let hidden =
+            "Content-Type: message/rfc822\r\nContent-Transfer-Encoding: base64\r\n\r\nLS1i\r\n";
+        assert_eq!(
+            prescan(hidden.as_bytes(), &limits),
+            Err(Refusal::TooComplex {
+                why: "encoded message/rfc822 part"
+            })
+        );
+        let folded = "From: a\r\nContent-Type:\r\n message/rfc822\r\nContent-Transfer-Encoding:\r\n\tBASE64\r\n\r\n";
+        assert!(prescan(folded.as_bytes(), &limits).is_err());
+        let plain = "From: a\r\nContent-Type: message/rfc822\r\n\r\nFrom: b\r\n\r\nhi\r\n";
+        assert_eq!(prescan(plain.as_bytes(), &limits), Ok(()));
         let fields = "x: y\n".repeat(30_000);
         assert!(matches!(
             prescan(fields.as_bytes(), &limits),

@@ -416,3 +416,45 @@ fn nothing_parseable_refused() {
         "554 5.6.0 Message has no header fields"
     );
 }
+
+#[test]
+fn encoded_message_rfc822_hiding_parts_refused() {
+    // 10,000 parts inside a base64-encoded message/rfc822: invisible to a scan of the raw
+    // bytes, so the encoded message part itself is refused (RFC 2046 §5.2.1 forbids it).
+    let mut inner = String::from("Content-Type: multipart/mixed; boundary=\"i\"\r\n\r\n");
+    for _ in 0..10_000 {
+        inner.push_str("--i\r\n\r\nx\r\n");
+    }
+    let encoded = base64_lines(inner.as_bytes());
+    let raw = format!(
+        "{HEAD}Content-Type: multipart/mixed; boundary=\"o\"\r\n\r\n--o\r\n\
+         Content-Type: message/rfc822\r\nContent-Transfer-Encoding: base64\r\n\r\n{encoded}--o--\r\n"
+    );
+    assert_eq!(
+        parse(raw.as_bytes()),
+        Err(Refusal::TooComplex {
+            why: "encoded message/rfc822 part"
+        })
+    );
+}
+
+fn base64_lines(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for (n, chunk) in bytes.chunks(3).enumerate() {
+        let b = [chunk.first(), chunk.get(1), chunk.get(2)].map(|b| b.copied().unwrap_or(0));
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[((v >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+        if n % 19 == 18 {
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("\r\n");
+    out
+}
