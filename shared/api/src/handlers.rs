@@ -24,6 +24,8 @@ type ApiResult = Result<Response, ApiError>;
 
 /// The byte cap of one page of events (docs/API.md §4).
 const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
+/// How many fresh ids creating an address tries when one is taken.
+const CREATE_ATTEMPTS: u32 = 3;
 /// The largest create-address body we read.
 const CREATE_BODY_LIMIT: u64 = 16 * 1024;
 /// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
@@ -71,20 +73,33 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
         expires_in_seconds: expires_in,
     } = request;
 
-    let id = ids::new_address_id();
     let read_token = ids::new_read_token();
     let inbox_secret = ids::new_inbox_secret();
-    let new = NewAddress {
-        id: id.clone(),
-        name,
-        task_id,
-        email: format!("{id}@{}", state.config.email_domain),
-        created_at: now,
-        expires_at: expires_in.map(|s| now + s as i64 * 1000),
-        token_hash: ids::hash_secret(&read_token),
-        inbox_hash: ids::hash_secret(&inbox_secret),
+    // A taken id, or an email key taken by an id differing only by case (docs/API.md §1), is
+    // astronomically unlikely with 128 random bits; it gets a fresh id, a few times at most.
+    let mut attempt = 0;
+    let new = loop {
+        let id = ids::new_address_id();
+        let new = NewAddress {
+            email: format!("{id}@{}", state.config.email_domain),
+            id,
+            name: name.clone(),
+            task_id: task_id.clone(),
+            created_at: now,
+            expires_at: expires_in.map(|s| now + s as i64 * 1000),
+            token_hash: ids::hash_secret(&read_token),
+            inbox_hash: ids::hash_secret(&inbox_secret),
+        };
+        match state.store.create_address(new.clone()).await {
+            Ok(()) => break new,
+            Err(StoreError::AddressExists) if attempt < CREATE_ATTEMPTS - 1 => {
+                attempt += 1;
+                tracing::warn!(address_id = %new.id, "address id or email key taken; new id");
+            }
+            Err(e) => return Err(e.into()),
+        }
     };
-    state.store.create_address(new.clone()).await?;
+    let id = new.id.clone();
     let base = base_url(&state, &parts.headers);
     let root = root_url(&base, &id);
     let view = AddressView {

@@ -1,17 +1,25 @@
-//! The address item (META): creating it, reading it, its usage, and deleting it (a tombstone,
+//! The address item (META) and its email-key item: creating them, reading the address (by id
+//! or by email), its usage, and deleting it (a tombstone,
 //! then a purge message).
 
-use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{
+    CancellationReason, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
+};
 
 use crate::capacity::Tally;
-use crate::domain::{Limits, Millis};
+use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
 use crate::retry::{resend_on_conflict, uuid_like};
 use crate::store::{AddressRecord, NewAddress, StoreError, StoreResult, Usage};
 use crate::{DynamoStore, Item};
 
 impl DynamoStore {
-    /// `Store::create_address` (the trait impl in lib.rs delegates here).
+    /// `Store::create_address` (the trait impl in lib.rs delegates here): ONE
+    /// `TransactWriteItems` of the META `Put` and the email-key item `Put`, each conditioned on
+    /// not existing, so the address and its unique email key (docs/API.md §1) exist together or
+    /// not at all.
     pub(crate) async fn create_address_impl(&self, a: NewAddress) -> StoreResult<()> {
         let mut item = key(pk(&a.id), "META".into());
         item.insert("id".into(), s(&a.id));
@@ -23,53 +31,137 @@ impl DynamoStore {
         }
         item.insert("email".into(), s(&a.email));
         item.insert("created_at".into(), n(a.created_at));
-        if let Some(e) = a.expires_at {
+        let ttl = a
+            .expires_at
+            .map(|e| ttl_secs(e.saturating_add(self.tombstone_ms)));
+        if let (Some(e), Some(t)) = (a.expires_at, ttl) {
             item.insert("expires_at".into(), n(e));
-            item.insert(
-                "ttl".into(),
-                n(ttl_secs(e.saturating_add(self.tombstone_ms))),
-            );
+            item.insert("ttl".into(), n(t));
         }
         item.insert("token_hash".into(), s(&a.token_hash));
         item.insert("inbox_hash".into(), s(&a.inbox_hash));
         item.insert("seq".into(), n(0));
         item.insert("state_keys".into(), n(0));
         item.insert("state_bytes".into(), n(0));
+        let email_key = ids::email_key(&a.email);
+        let mut key_item = key(email_pk(&email_key), EMAIL_SK.into());
+        key_item.insert("address_id".into(), s(&a.id));
+        if let Some(t) = ttl {
+            // Expires with the META (the tombstone period included).
+            key_item.insert("ttl".into(), n(t));
+        }
+        let put = |item: Item| -> StoreResult<TransactWriteItem> {
+            Ok(TransactWriteItem::builder()
+                .put(
+                    Put::builder()
+                        .table_name(&self.table)
+                        .set_item(Some(item))
+                        .condition_expression("attribute_not_exists(pk)")
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
+                        .build()
+                        .map_err(|e| StoreError::Internal(e.to_string()))?,
+                )
+                .build())
+        };
+        const META: usize = 0;
+        let items = vec![put(item)?, put(key_item)?];
+        // One token for every SDK attempt of this call (crate docs, "Ambiguous outcomes").
         let result = self
             .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .condition_expression("attribute_not_exists(pk)")
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(uuid_like())
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
             .tally(&self.metrics);
         match result {
             Ok(_) => Ok(()),
-            Err(e) => {
-                use aws_sdk_dynamodb::operation::put_item::PutItemError;
-                match e.as_service_error() {
-                    Some(PutItemError::ConditionalCheckFailedException(c)) => {
-                        // An SDK re-send after our first attempt applied finds our own META.
-                        let ours = c.item().is_some_and(|old| {
-                            get_s(old, "token_hash").as_deref() == Some(a.token_hash.as_str())
-                                && get_s(old, "inbox_hash").as_deref()
-                                    == Some(a.inbox_hash.as_str())
-                                && get_i(old, "created_at") == Some(a.created_at)
+            Err(SdkError::ServiceError(ctx)) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as E;
+                match ctx.err() {
+                    E::TransactionCanceledException(c) => {
+                        let reasons = c.cancellation_reasons();
+                        let failed =
+                            |r: &CancellationReason| r.code() == Some("ConditionalCheckFailed");
+                        // An SDK re-send after our first attempt applied finds our own META
+                        // (and our own key item): the transaction applied, whole.
+                        let ours = reasons.get(META).is_some_and(|r| {
+                            failed(r)
+                                && r.item().is_some_and(|old| {
+                                    get_s(old, "token_hash").as_deref()
+                                        == Some(a.token_hash.as_str())
+                                        && get_s(old, "inbox_hash").as_deref()
+                                            == Some(a.inbox_hash.as_str())
+                                        && get_i(old, "created_at") == Some(a.created_at)
+                                })
                         });
                         if ours {
                             tracing::info!(address_id = %a.id, "create applied by an earlier attempt");
                             Ok(())
-                        } else {
+                        } else if reasons.iter().any(failed) {
+                            // The id, or the email key (an id differing only by case), is taken.
                             Err(StoreError::AddressExists)
+                        } else {
+                            Err(StoreError::Unavailable(format!(
+                                "TransactWriteItems create cancelled: {:?}",
+                                reasons.iter().map(|r| r.code()).collect::<Vec<_>>()
+                            )))
                         }
                     }
-                    _ => Err(sdk_err("PutItem META", e)),
+                    _ => Err(sdk_err(
+                        "TransactWriteItems create",
+                        SdkError::ServiceError(ctx),
+                    )),
+                }
+            }
+            Err(e) => Err(sdk_err("TransactWriteItems create", e)),
+        }
+    }
+
+    /// `Store::address_by_email` (the trait impl in lib.rs delegates here): the email-key item
+    /// `E#{key}` names the address, whose META is then read as `get_address` reads it (both
+    /// strongly consistent).
+    ///
+    /// Addresses created before email keys have no key item. For them (and whenever the key
+    /// item names no address any more), the local part of `email` is read as the id, in the
+    /// exact case received, and that META counts only if its own email has the same key. So a
+    /// legacy address is found when the sender kept the case of its id, not otherwise.
+    pub(crate) async fn address_by_email_impl(
+        &self,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<Option<AddressRecord>> {
+        let email_key = ids::email_key(email);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(email_pk(&email_key), EMAIL_SK.into())))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("GetItem email key", e))?;
+        let named = out.item.as_ref().and_then(|i| get_s(i, "address_id"));
+        let mut candidates = Vec::with_capacity(2);
+        candidates.extend(named);
+        if let Some((local, _)) = email.rsplit_once('@') {
+            if ids::is_valid_id(local) && !candidates.iter().any(|c| c == local) {
+                candidates.push(local.to_owned());
+            }
+        }
+        for id in candidates {
+            if let Some(record) = self.get_address_impl(&id, now).await? {
+                if ids::email_key(&record.email) == email_key {
+                    return Ok(Some(record));
                 }
             }
         }
+        Ok(None)
     }
 
     /// `Store::get_address` (the trait impl in lib.rs delegates here).

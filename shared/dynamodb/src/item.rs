@@ -14,6 +14,15 @@ pub(crate) fn pk(id: &str) -> String {
     format!("A#{id}")
 }
 
+/// The partition of an email-key item: `E#{email_key}` (docs/API.md §1). Never `A#…`, so it
+/// shares no partition with an address.
+pub(crate) fn email_pk(email_key: &str) -> String {
+    format!("E#{email_key}")
+}
+
+/// The sort key of an email-key item.
+pub(crate) const EMAIL_SK: &str = "E";
+
 pub(crate) fn event_sk(seq: u64) -> String {
     format!("E#{seq:020}")
 }

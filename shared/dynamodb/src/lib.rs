@@ -7,6 +7,7 @@
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
 //! | rate window | `R#{scope}#{minute}` | `R` |
+//! | email key | `E#{lower-cased email}` | `E` (address_id, ttl) |
 //!
 //! Every append (delivery, state write, state delete) is ONE `TransactWriteItems`: the META
 //! sequence bump conditioned on the sequence read, the event conditioned on not existing, the
@@ -29,8 +30,9 @@
 //!   reasons show the event item (or idempotency item) holding *our* fresh random event id:
 //!   [`applied_by_us`] recognises that and answers success; it is never read as a lost race,
 //!   a revision conflict, a missing key or a duplicate delivery.
-//! - **create** (`PutItem attribute_not_exists`): a re-send that fails its condition on a META
-//!   with our token hash, inbox hash and creation time is our own write: success.
+//! - **create** (`TransactWriteItems`: META and email-key item, each `attribute_not_exists`,
+//!   with an explicit token): a re-send cancelled on a META with our token hash, inbox hash and
+//!   creation time is our own write: success.
 //! - **delete** (conditional `UpdateItem`): every deletion writes a random `deleted_by`; a
 //!   re-send that fails its condition on a tombstone with our `deleted_by` is our own deletion:
 //!   204, and the purge message is sent.
@@ -200,6 +202,14 @@ impl Store for DynamoStore {
 
     async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>> {
         self.get_address_impl(id, now).await
+    }
+
+    async fn address_by_email(
+        &self,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<Option<AddressRecord>> {
+        self.address_by_email_impl(email, now).await
     }
 
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {

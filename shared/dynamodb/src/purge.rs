@@ -28,7 +28,9 @@ pub struct PurgeProgress {
 
 impl DynamoStore {
     /// One step of purging a deleted (or expired) address: deletes up to `budget` of its
-    /// items other than the META tombstone. Refuses a live address.
+    /// items other than the META tombstone; the last step gives its email-key item the
+    /// tombstone's TTL (the key is found until the tombstone is forgotten). Refuses a live
+    /// address.
     pub async fn purge_address(
         &self,
         id: &str,
@@ -116,10 +118,51 @@ impl DynamoStore {
             }
         }
         let done = !more;
+        if done {
+            self.expire_email_key_with(&meta, id).await?;
+        }
         Ok(PurgeProgress {
             deleted_items: found as u64,
             done,
         })
+    }
+
+    /// Gives the address's email-key item the TTL of its META tombstone, so that the key is
+    /// found (as the tombstone is) until the tombstone is forgotten, and then goes with it, as
+    /// on the embedded store. A deleted address's key item had no TTL (or its expiry's);
+    /// an expired address's already has this one. No key item (an address from before email
+    /// keys), or one naming another address: nothing to do.
+    async fn expire_email_key_with(&self, meta: &Item, id: &str) -> StoreResult<()> {
+        let (Some(email), Some(ttl)) = (get_s(meta, "email"), get_i(meta, "ttl")) else {
+            return Ok(());
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(
+                email_pk(&ids::email_key(&email)),
+                EMAIL_SK.into(),
+            )))
+            .update_expression("SET #ttl = :ttl")
+            .condition_expression("address_id = :id")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":ttl", n(ttl))
+            .expression_attribute_values(":id", s(id))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                    _ => Err(sdk_err("UpdateItem email key ttl", e)),
+                }
+            }
+        }
     }
 
     /// Sends `id` to the purge queue (if one is configured).

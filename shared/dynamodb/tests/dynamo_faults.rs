@@ -356,17 +356,24 @@ async fn dropped_state_writes_apply_once() {
 async fn a_dropped_create_succeeds_once() {
     let rig = Rig::new(FaultConfig::passthrough(3)).await;
     let a = new_address();
-    rig.proxy.push_rule(drop_next("PutItem"));
+    rig.proxy.push_rule(drop_next("TransactWriteItems"));
     rig.faulty
         .create_address(a.clone())
         .await
         .expect("the re-sent create finds its own META: success, not a collision");
-    let put = rig.op("PutItem");
+    let put = rig.op("TransactWriteItems");
     assert_eq!((put.requests, put.dropped_after), (2, 1));
     let partition = rig.partition(&a.id).await;
     assert_eq!(partition.keys().collect::<Vec<_>>(), vec!["META"]);
     assert_eq!(text(&partition["META"], "token_hash"), a.token_hash);
     assert_eq!(number(&partition["META"], "seq"), 0);
+    let by_email = rig
+        .faulty
+        .address_by_email(&a.email.to_uppercase(), T0)
+        .await
+        .expect("lookup")
+        .expect("the email key was written with the META");
+    assert_eq!(by_email.id, a.id);
 
     let collision = NewAddress {
         token_hash: ids::hash_secret("someone else"),
@@ -526,10 +533,16 @@ async fn every_attempt_failing_is_unavailable_and_an_ambiguous_write_applies_at_
             .map(|_| ()),
         "put_state",
     );
-    rig.proxy.push_rule(fail_all("PutItem"));
+    // Creating is a TransactWriteItems (META and email-key item).
+    rig.proxy.push_rule(fail_all("TransactWriteItems"));
     let other = new_address();
     unavailable(rig.faulty.create_address(other.clone()).await, "create");
     assert!(rig.partition(&other.id).await.is_empty());
+    assert_eq!(
+        rig.store.address_by_email(&other.email, T0).await,
+        Ok(None),
+        "no email-key item either"
+    );
     rig.proxy.push_rule(fail_all("UpdateItem"));
     unavailable(rig.faulty.delete_address(&a.id, T0).await, "delete");
     rig.proxy.push_rule(fail_all("UpdateItem"));
@@ -612,7 +625,7 @@ async fn the_api_answers_201_204_after_dropped_responses_and_503_when_every_atte
         }
     };
 
-    rig.proxy.push_rule(drop_next("PutItem"));
+    rig.proxy.push_rule(drop_next("TransactWriteItems"));
     let (status, _, created) = send(Method::POST, "/api/v1/addresses".into(), None).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let id = created["address"]["id"]
@@ -623,7 +636,7 @@ async fn the_api_answers_201_204_after_dropped_responses_and_503_when_every_atte
         .as_str()
         .expect("read token")
         .to_owned();
-    assert_eq!(rig.op("PutItem").dropped_after, 1);
+    assert_eq!(rig.op("TransactWriteItems").dropped_after, 1);
 
     rig.proxy.set_rates(1.0, 0.0).expect("rates");
     let (status, retry_after, body) = send(Method::POST, "/api/v1/addresses".into(), None).await;

@@ -135,6 +135,137 @@ mod dynamodb_only {
     }
 }
 
+/// Email keys on DynamoDB: the key item, addresses created before it (no key item), and the
+/// key item of a purged address.
+mod email_keys {
+    use agentaddress_core::domain::ids;
+    use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::{NewAddress, Store};
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    fn text(v: &str) -> AttributeValue {
+        AttributeValue::S(v.to_owned())
+    }
+
+    async fn key_item(
+        table: &str,
+        email: &str,
+    ) -> Option<std::collections::HashMap<String, AttributeValue>> {
+        let client = super::DynamoStore::client_from_env().await;
+        client
+            .get_item()
+            .table_name(table)
+            .key("pk", text(&format!("E#{}", ids::email_key(email))))
+            .key("sk", text("E"))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get the key item")
+            .item
+    }
+
+    #[tokio::test]
+    async fn a_legacy_address_is_found_by_its_exact_local_part() {
+        let store = super::dynamo().await;
+        let id = ids::new_address_id();
+        let email = format!("{id}@Inbox.Test");
+        // An address as created before email keys: its META alone.
+        let client = super::DynamoStore::client_from_env().await;
+        client
+            .put_item()
+            .table_name(store.table())
+            .item("pk", text(&format!("A#{id}")))
+            .item("sk", text("META"))
+            .item("id", text(&id))
+            .item("email", text(&email))
+            .item("created_at", AttributeValue::N(T0.to_string()))
+            .item("token_hash", text(&ids::hash_secret("t")))
+            .item("inbox_hash", text(&ids::hash_secret("i")))
+            .item("seq", AttributeValue::N("0".into()))
+            .item("state_keys", AttributeValue::N("0".into()))
+            .item("state_bytes", AttributeValue::N("0".into()))
+            .send()
+            .await
+            .expect("a legacy META");
+        assert!(key_item(store.table(), &email).await.is_none());
+        for written in [email.clone(), format!("{id}@INBOX.TEST")] {
+            let found = store
+                .address_by_email(&written, T0)
+                .await
+                .expect("lookup")
+                .expect("found by the local part as the id");
+            assert_eq!(
+                (found.id.as_str(), found.email.as_str()),
+                (id.as_str(), email.as_str())
+            );
+        }
+        assert_eq!(
+            store
+                .address_by_email(&format!("{}@inbox.test", id.to_uppercase()), T0)
+                .await
+                .expect("lookup"),
+            None,
+            "without a key item, a changed case of the id is not found (documented)"
+        );
+        assert_eq!(
+            store
+                .address_by_email(&format!("{id}@other.test"), T0)
+                .await
+                .expect("lookup"),
+            None,
+            "the META counts only if its own email has the key"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_purged_address_keeps_its_key_until_the_tombstone_goes() {
+        let store = super::dynamo().await;
+        let id = ids::new_address_id();
+        let email = format!("{id}@x.test");
+        store
+            .create_address(NewAddress {
+                id: id.clone(),
+                name: None,
+                task_id: None,
+                email: email.clone(),
+                created_at: T0,
+                expires_at: None,
+                token_hash: ids::hash_secret("t"),
+                inbox_hash: ids::hash_secret("i"),
+            })
+            .await
+            .expect("create");
+        let item = key_item(store.table(), &email).await.expect("a key item");
+        assert_eq!(item.get("address_id"), Some(&text(&id)));
+        assert!(!item.contains_key("ttl"), "no expiry, no TTL");
+        store.delete_address(&id, T0).await.expect("delete");
+        let progress = store.purge_address(&id, 25, T0).await.expect("purge");
+        assert!(progress.done);
+        let item = key_item(store.table(), &email)
+            .await
+            .expect("the key item stays with the tombstone");
+        let tombstone_ttl = (T0 + 30 * 86_400_000) / 1000;
+        assert_eq!(
+            item.get("ttl"),
+            Some(&AttributeValue::N(tombstone_ttl.to_string()))
+        );
+        let found = store
+            .address_by_email(&email.to_uppercase(), T0 + 1)
+            .await
+            .expect("lookup")
+            .expect("the tombstone is found");
+        assert_eq!(found.deleted_at, Some(T0));
+        assert_eq!(
+            store
+                .address_by_email(&email, tombstone_ttl * 1000 + 1)
+                .await
+                .expect("lookup"),
+            None,
+            "forgotten with the tombstone"
+        );
+    }
+}
+
 /// The Lambda functions' SDK configuration (`lambda_sdk_config`: the region, credentials and
 /// endpoints of the environment only) reaches the same table, and an address written through
 /// it reads back through the default chain's configuration.

@@ -160,6 +160,14 @@ impl Store for SqliteStore {
         self.get_address_impl(id, now).await
     }
 
+    async fn address_by_email(
+        &self,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<Option<AddressRecord>> {
+        self.address_by_email_impl(email, now).await
+    }
+
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {
         self.usage_impl(id, limits, now).await
     }

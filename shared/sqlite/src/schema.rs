@@ -5,7 +5,10 @@ use rusqlite::Connection;
 use crate::rows::sql_err;
 use crate::store::{StoreError, StoreResult};
 
-const MIGRATIONS: &[&str] = &[r#"
+/// Migration `n` (from 1) brings the schema to `PRAGMA user_version = n`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the tables.
+    r#"
 CREATE TABLE addresses (
     id          TEXT PRIMARY KEY,
     name        TEXT,
@@ -56,7 +59,16 @@ CREATE TABLE idempotency (
     PRIMARY KEY (address_id, key_hash)
 ) WITHOUT ROWID;
 CREATE INDEX idempotency_expiry ON idempotency(expires_at);
-"#];
+"#,
+    // 2: the email key (docs/API.md §1): `email` lower-cased, unique, found by inbound email. Rows
+    // written before it are backfilled with `lower(email)` (ASCII, as `ids::email_key`). The key is
+    // a column of the address row, so it goes when the sweep forgets the tombstone.
+    r#"
+ALTER TABLE addresses ADD COLUMN email_key TEXT NOT NULL DEFAULT '';
+UPDATE addresses SET email_key = lower(email);
+CREATE UNIQUE INDEX addresses_email_key ON addresses(email_key);
+"#,
+];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {
     let version: i64 = conn

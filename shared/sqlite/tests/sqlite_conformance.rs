@@ -90,7 +90,123 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 1));
+        assert_eq!((mode.as_str(), version), ("wal", 2));
+    }
+
+    /// The schema of a database file written before migration 2 (the email key), as migration
+    /// 1 created it; frozen here, since old files on disk keep it.
+    const SCHEMA_V1: &str = r#"
+CREATE TABLE addresses (
+    id          TEXT PRIMARY KEY,
+    name        TEXT,
+    task_id     TEXT,
+    email       TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER,
+    deleted_at  INTEGER,
+    purged_at   INTEGER,
+    token_hash  TEXT NOT NULL,
+    inbox_hash  TEXT NOT NULL,
+    last_seq    INTEGER NOT NULL DEFAULT 0,
+    state_keys  INTEGER NOT NULL DEFAULT 0,
+    state_bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX addresses_expiry ON addresses(expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE events (
+    address_id  TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    id          TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    source      TEXT,
+    ingress     TEXT NOT NULL,
+    received_at INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    acked_at    INTEGER,
+    data        TEXT NOT NULL,
+    http        TEXT,
+    PRIMARY KEY (address_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX events_expiry ON events(expires_at);
+CREATE TABLE state (
+    address_id  TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    value       TEXT NOT NULL,
+    revision    INTEGER NOT NULL,
+    size        INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (address_id, key)
+) WITHOUT ROWID;
+CREATE TABLE idempotency (
+    address_id  TEXT NOT NULL,
+    key_hash    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event_id    TEXT NOT NULL,
+    body_hash   TEXT NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (address_id, key_hash)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_expiry ON idempotency(expires_at);
+"#;
+
+    #[tokio::test]
+    async fn an_address_from_before_email_keys_is_found_by_its_key() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("v1.db");
+        let old_id = "addr_3mJr0VZkOldSchema";
+        {
+            let conn = rusqlite::Connection::open(&path).expect("create a v1 file");
+            conn.execute_batch(SCHEMA_V1).expect("migration 1's schema");
+            conn.pragma_update(None, "user_version", 1)
+                .expect("user_version 1");
+            conn.execute(
+                "INSERT INTO addresses (id, email, created_at, token_hash, inbox_hash) \
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![
+                    old_id,
+                    format!("{old_id}@Inbox.Example"),
+                    T0,
+                    ids::hash_secret("t"),
+                    ids::hash_secret("i")
+                ],
+            )
+            .expect("an old address row");
+        }
+        let store = SqliteStore::open(&path, Synchronous::Full).expect("open and migrate");
+        let key = ids::email_key(&format!("{old_id}@inbox.example"));
+        assert_eq!(key, "addr_3mjr0vzkoldschema@inbox.example");
+        let found = store
+            .address_by_email(&key, T0)
+            .await
+            .expect("lookup")
+            .expect("the old address is found by its lower-cased key");
+        assert_eq!(found.id, old_id);
+        assert_eq!(found.email, format!("{old_id}@Inbox.Example"));
+        assert!(ids::verify_secret("t", &found.token_hash));
+        let twin = "addr_3MJR0VZKOLDSCHEMA";
+        assert_eq!(
+            store
+                .create_address(NewAddress {
+                    email: format!("{twin}@inbox.example"),
+                    ..address(twin)
+                })
+                .await,
+            Err(StoreError::AddressExists),
+            "the backfilled key is unique too"
+        );
+        store
+            .create_address(address("addr_new"))
+            .await
+            .expect("new addresses still create");
+        assert!(store
+            .address_by_email("addr_new@x.test", T0)
+            .await
+            .expect("lookup")
+            .is_some());
+        drop(store);
+        let version: i64 = rusqlite::Connection::open(&path)
+            .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
+            .expect("user_version");
+        assert_eq!(version, 2);
     }
 
     #[tokio::test]

@@ -1,11 +1,22 @@
 //! §1 of docs/API.md, creating an address: defaults, echoed fields, boundary values, bad bodies,
 //! content types, body size and the per-IP rate limit.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use agentaddress_api::{self as api, ApiConfig, AppState};
 use agentaddress_core::domain::time::format_rfc3339;
+use agentaddress_core::domain::{Limits, Millis};
+use agentaddress_core::store::{
+    Acked, AddressRecord, Appended, Event, EventPage, IdempotencyClaim, NewAddress, NewEvent,
+    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
+    SweepReport, Usage,
+};
 use http::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{addr_of, assert_time, fresh_ip, is_id, post, TestApp, CREATE};
+use crate::common::{addr_of, assert_time, fresh_ip, is_id, post, send_to, TestApp, CREATE};
 
 #[tokio::test]
 async fn create_with_empty_body_returns_201_with_defaults() {
@@ -272,4 +283,165 @@ async fn create_is_rate_limited_per_client_ip() {
     // A new minute gives a new budget.
     t.advance(60);
     t.send(post(CREATE).ip(ip)).await.ok(StatusCode::CREATED);
+}
+
+/// A store whose first `collisions` creations answer `AddressExists` (an id, or the email key of
+/// an id differing only by case, already taken: docs/API.md §1); everything else is SQLite's.
+struct CollidingStore {
+    inner: agentaddress_sqlite::SqliteStore,
+    collisions: std::sync::atomic::AtomicU32,
+    ids: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Store for CollidingStore {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    async fn create_address(&self, a: NewAddress) -> StoreResult<()> {
+        self.ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(a.id.clone());
+        let left = self.collisions.load(Ordering::SeqCst);
+        if left > 0 {
+            self.collisions.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::AddressExists);
+        }
+        self.inner.create_address(a).await
+    }
+    async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>> {
+        self.inner.get_address(id, now).await
+    }
+    async fn address_by_email(
+        &self,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<Option<AddressRecord>> {
+        self.inner.address_by_email(email, now).await
+    }
+    async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {
+        self.inner.usage(id, limits, now).await
+    }
+    async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
+        self.inner.delete_address(id, now).await
+    }
+    async fn append_event(
+        &self,
+        id: &str,
+        event: NewEvent,
+        claim: Option<IdempotencyClaim>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        self.inner.append_event(id, event, claim, limits, now).await
+    }
+    async fn read_events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+        max_bytes: u64,
+        now: Millis,
+    ) -> StoreResult<EventPage> {
+        self.inner
+            .read_events(id, after, limit, max_bytes, now)
+            .await
+    }
+    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event> {
+        self.inner.get_event(id, event_id, now).await
+    }
+    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked> {
+        self.inner.ack_event(id, event_id, now).await
+    }
+    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.inner.last_sequence(id, now).await
+    }
+    async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
+        self.inner.list_state(id, now).await
+    }
+    async fn get_state(&self, id: &str, key: &str, now: Millis) -> StoreResult<StateEntry> {
+        self.inner.get_state(id, key, now).await
+    }
+    async fn put_state(
+        &self,
+        id: &str,
+        key: &str,
+        value: String,
+        expected: Option<u64>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<StateWritten> {
+        self.inner
+            .put_state(id, key, value, expected, limits, now)
+            .await
+    }
+    async fn delete_state(
+        &self,
+        id: &str,
+        key: &str,
+        expected: Option<u64>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<StateDeleted> {
+        self.inner
+            .delete_state(id, key, expected, limits, now)
+            .await
+    }
+    async fn hit_rate_limit(
+        &self,
+        scope: &str,
+        limit: u64,
+        now: Millis,
+    ) -> StoreResult<Option<u64>> {
+        self.inner.hit_rate_limit(scope, limit, now).await
+    }
+    async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport> {
+        self.inner.sweep(limits, now).await
+    }
+}
+
+fn colliding_app(collisions: u32) -> (axum::Router, Arc<CollidingStore>) {
+    let store = Arc::new(CollidingStore {
+        inner: agentaddress_sqlite::SqliteStore::open_in_memory().expect("open in-memory SQLite"),
+        collisions: collisions.into(),
+        ids: Default::default(),
+    });
+    let state = AppState::new(
+        store.clone(),
+        ApiConfig {
+            public_url: None,
+            email_domain: "inbox.test".into(),
+            limits: Limits::default(),
+        },
+    );
+    (api::router(state), store)
+}
+
+#[tokio::test]
+async fn a_taken_id_or_email_key_gets_a_fresh_id() {
+    let (app, store) = colliding_app(2);
+    let r = send_to(&app, post(CREATE).ip(&fresh_ip())).await;
+    let b = r.ok(StatusCode::CREATED);
+    let id = b["address"]["id"].as_str().expect("id").to_owned();
+    let tried = store
+        .ids
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    assert_eq!(tried.len(), 3, "two collisions, then a fresh id: {tried:?}");
+    assert_eq!(tried.iter().collect::<BTreeSet<_>>().len(), 3, "{tried:?}");
+    assert_eq!(tried.last(), Some(&id));
+    assert_eq!(b["address"]["email"], format!("{id}@inbox.test"));
+    let found = store
+        .address_by_email(&format!("{id}@INBOX.TEST"), 0)
+        .await
+        .expect("lookup")
+        .expect("the created address");
+    assert_eq!(found.id, id);
+
+    let (app, _) = colliding_app(3);
+    send_to(&app, post(CREATE).ip(&fresh_ip()))
+        .await
+        .err(StatusCode::INTERNAL_SERVER_ERROR, "internal");
 }

@@ -33,6 +33,14 @@ pub fn new_address_id() -> String {
     format!("{ADDRESS_PREFIX}{}", random_b64(16))
 }
 
+/// The key an address is found by from an email address: the address lower-cased (ASCII).
+/// Matching is case-insensitive because real mail systems and people change the case of local
+/// parts, while ids are case-sensitive; stores keep this key unique (docs/API.md §1, `email`).
+/// ASCII only, like SQLite's `lower()`, so a key computed here equals one backfilled there.
+pub fn email_key(email: &str) -> String {
+    email.to_ascii_lowercase()
+}
+
 /// A new read token: `aat_` and 256 random bits.
 pub fn new_read_token() -> String {
     format!("{READ_TOKEN_PREFIX}{}", random_b64(32))
@@ -100,6 +108,16 @@ pub fn verify_secret(presented: &str, stored_hash: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn email_keys_are_lower_cased() {
+        assert_eq!(
+            email_key("addr_3mJr0VZk-_x@Inbox.Example"),
+            "addr_3mjr0vzk-_x@inbox.example"
+        );
+        assert_eq!(email_key(&email_key("A@B")), email_key("a@b"));
+        assert_eq!(email_key("É@x"), "É@x", "ASCII only, like SQLite's lower()");
+    }
 
     #[test]
     fn ids_are_well_formed_and_distinct() {

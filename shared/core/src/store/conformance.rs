@@ -31,7 +31,9 @@ macro_rules! store_conformance_tests {
             state_delete, state_limits, full_feed_rejects_state_writes, delete_address_hides_everything,
             expired_address_is_gone, sweep_removes_expired_data_and_old_tombstones,
             rate_limit_windows, concurrent_appends_are_gapless, concurrent_cas_has_one_winner,
-            feed_signal_wakes_on_commit, failed_operations_leave_no_trace, big_events_round_trip
+            feed_signal_wakes_on_commit, failed_operations_leave_no_trace, big_events_round_trip,
+            address_is_found_by_email_in_any_case, email_keys_are_unique,
+            tombstones_are_found_by_email_until_forgotten
         );
     };
 }
@@ -916,3 +918,120 @@ pub async fn big_events_round_trip(store: &dyn Store) {
 
 /// Keeps `Arc` in the public surface used by the macro's callers.
 pub type SharedStore = Arc<dyn Store>;
+
+/// `id` with the case of every ASCII letter swapped: another id with the same email key.
+fn swap_case(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_lowercase() {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
+        .collect()
+}
+
+pub async fn address_is_found_by_email_in_any_case(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    for written in [
+        a.email.clone(),
+        a.email.to_uppercase(),
+        a.email.to_lowercase(),
+        swap_case(&a.email),
+    ] {
+        let found = store.address_by_email(&written, T0).await.expect("lookup");
+        assert_eq!(found.as_ref(), Some(&a), "{written}");
+    }
+    for unknown in [
+        "addr_never_was@inbox.test".to_owned(),
+        format!("{}@other.test", a.id),
+        format!("x{}", a.email),
+        swap_case(&format!("{}@other.test", a.id)),
+    ] {
+        assert_eq!(
+            store.address_by_email(&unknown, T0).await.expect("lookup"),
+            None,
+            "{unknown}"
+        );
+    }
+}
+
+pub async fn email_keys_are_unique(store: &dyn Store) {
+    let a = new_address(store, Some(T0 + DAY)).await;
+    let twin = swap_case(&a.id);
+    assert_ne!(twin, a.id);
+    let clash = NewAddress {
+        id: twin.clone(),
+        name: None,
+        task_id: None,
+        email: format!("{twin}@inbox.test"),
+        created_at: T0,
+        expires_at: None,
+        token_hash: ids::hash_secret("other token"),
+        inbox_hash: ids::hash_secret("other inbox"),
+    };
+    assert_eq!(
+        store.create_address(clash).await,
+        Err(StoreError::AddressExists),
+        "an id differing only by case has the same email key"
+    );
+    assert_eq!(
+        store.get_address(&twin, T0).await.expect("get"),
+        None,
+        "the refused address leaves no trace"
+    );
+    let found = store.address_by_email(&a.email, T0).await.expect("lookup");
+    assert_eq!(
+        found,
+        Some(a.clone()),
+        "the key still names the first address"
+    );
+    assert_eq!(
+        store.get_address(&a.id, T0).await.expect("get"),
+        Some(a),
+        "the first address is untouched"
+    );
+}
+
+pub async fn tombstones_are_found_by_email_until_forgotten(store: &dyn Store) {
+    let l = limits();
+    let deleted = new_address(store, None).await;
+    let expiring = new_address(store, Some(T0 + DAY)).await;
+    store
+        .delete_address(&deleted.id, T0 + SEC)
+        .await
+        .expect("delete");
+    let now = T0 + 2 * DAY;
+    store.sweep(&l, now).await.expect("sweep");
+    let tomb = store
+        .address_by_email(&deleted.email.to_uppercase(), now)
+        .await
+        .expect("lookup")
+        .expect("a deleted address is found until forgotten");
+    assert_eq!(
+        (tomb.id.as_str(), tomb.deleted_at),
+        (deleted.id.as_str(), Some(T0 + SEC))
+    );
+    assert!(tomb.is_gone(now));
+    let expired = store
+        .address_by_email(&swap_case(&expiring.email), now)
+        .await
+        .expect("lookup")
+        .expect("an expired address is found until forgotten");
+    assert_eq!(expired.id, expiring.id);
+    assert!(expired.is_gone(now));
+    let later = T0 + DAY + l.tombstone_ms() + SEC;
+    store.sweep(&l, later).await.expect("sweep");
+    for a in [&deleted, &expiring] {
+        assert_eq!(
+            store
+                .address_by_email(&a.email, later)
+                .await
+                .expect("lookup"),
+            None,
+            "forgotten with its tombstone"
+        );
+        assert_eq!(store.get_address(&a.id, later).await.expect("get"), None);
+    }
+}

@@ -223,14 +223,27 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Stores a new address with sequence 0 and no state. [`StoreError::AddressExists`] if the
-    /// id is taken.
+    /// Stores a new address with sequence 0 and no state, and its email key
+    /// ([`crate::domain::ids::email_key`] of `email`) in the same atomic step.
+    /// [`StoreError::AddressExists`] if the id is taken, or the email key is another address's
+    /// (ids differing only by case).
     async fn create_address(&self, address: NewAddress) -> StoreResult<()>;
 
     /// The address as stored, tombstones included; `None` once it is forgotten (its tombstone
     /// period over at `now`, or swept). No liveness check: callers authenticate with it and
     /// judge [`AddressRecord::is_gone`] themselves.
     async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>>;
+
+    /// The address whose email key is [`crate::domain::ids::email_key`] of `email` (an email
+    /// address as received, in any case), as [`Store::get_address`] answers it: tombstones
+    /// (deleted or expired addresses) included, `None` once forgotten, and no liveness check
+    /// (callers judge [`AddressRecord::is_gone`]). A store whose addresses may predate email
+    /// keys documents how it finds those (DynamoDB: by the local part as the id, exact case).
+    async fn address_by_email(
+        &self,
+        email: &str,
+        now: Millis,
+    ) -> StoreResult<Option<AddressRecord>>;
 
     /// Usage figures of a live address.
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage>;
