@@ -51,11 +51,11 @@ pub trait Fields: DeserializeOwned + PartialSchema {
 /// `T`: the fields of `T` in their declared order, a required one missing first; unknown ones
 /// are ignored. Every refusal is a 400 `invalid_request` whose message names the field.
 pub fn parse_fields<T: Fields>(mut fields: Map<String, Value>) -> Result<T, ApiError> {
-    let required = match T::schema() {
-        RefOr::T(Schema::Object(o)) => o.required,
-        _ => Vec::new(),
+    // One schema per parse: the declared order of the fields, and which are required.
+    let (names, required): (Vec<String>, Vec<String>) = match T::schema() {
+        RefOr::T(Schema::Object(o)) => (o.properties.into_keys().collect(), o.required),
+        _ => (Vec::new(), Vec::new()),
     };
-    let names = field_names::<T>();
     let mut ordered = Map::new();
     for name in names {
         match fields.remove(&name) {
