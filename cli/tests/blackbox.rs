@@ -6,6 +6,8 @@
 //! database file, so tests run in parallel without sharing rate limits.
 
 mod common;
+#[path = "email/mod.rs"]
+mod email;
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;

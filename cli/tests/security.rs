@@ -523,9 +523,31 @@ async fn logs_carry_no_secret(format: &str) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let log_path = dir.path().join("stderr.log");
     let log_file = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
-    let server = start(&["--log-format", format], "trace", Stdio::from(log_file)).await;
+    const INGEST: &str = "ingest-0123456789abcdef0123456789";
+    let server = start(
+        &["--log-format", format, "--email-ingest-secret", INGEST],
+        "trace",
+        Stdio::from(log_file),
+    )
+    .await;
     let c = Client::new(&server.base);
-    let (ids, secrets) = full_run(&c).await;
+    let (ids, mut secrets) = full_run(&c).await;
+    // Mail through the webhook door, with the ingest secret and with a wrong one.
+    let http = reqwest::Client::new();
+    for (secret, status) in [(INGEST, 200), ("ingest-wrong-0123456789abcdef01", 401)] {
+        let r = http
+            .post(format!(
+                "{}/api/v1/email/inbound?rcpt={}@inbox.localhost",
+                server.base, ids[0]
+            ))
+            .bearer_auth(secret)
+            .body("From: a@example.com\r\nSubject: hi\r\n\r\nbody\r\n")
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("webhook: {e}"));
+        assert_eq!(r.status(), status);
+    }
+    secrets.push(INGEST.to_owned());
     let stdout = server.stop().await;
     let logs = format!("{}{stdout}", read(&log_path));
 
@@ -537,6 +559,7 @@ async fn logs_carry_no_secret(format: &str) {
         "/api/v1/inbox/{address_id}/{inbox_secret}",
         "/api/v1/addresses/{address_id}/events",
         "/api/v1/addresses/{address_id}/state/{key}",
+        "/api/v1/email/inbound",
     ] {
         assert!(
             logs.contains(template),

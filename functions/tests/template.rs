@@ -29,8 +29,10 @@ fn crate_binaries() -> BTreeSet<String> {
         .collect()
 }
 
+/// Every route a Lambda function serves ([`RouteGroup::LAMBDA`]; the others are `serve`'s alone
+/// for now, and on Lambda the `service` catch-all answers them 501).
 fn expected_routes() -> BTreeSet<(String, String, String)> {
-    RouteGroup::ALL
+    RouteGroup::LAMBDA
         .iter()
         .flat_map(|g| {
             g.endpoints()

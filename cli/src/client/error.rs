@@ -95,7 +95,7 @@ pub const CLIENT_CODES: &[(&str, u8)] = &[
 pub fn exit_code_for_api(code: ErrorCode) -> u8 {
     match code {
         ErrorCode::InvalidRequest => exit::USAGE,
-        ErrorCode::NotFound => exit::NOT_FOUND,
+        ErrorCode::NotFound | ErrorCode::AttachmentUnavailable => exit::NOT_FOUND,
         ErrorCode::Unauthorized | ErrorCode::AddressGone => exit::AUTH,
         ErrorCode::RevisionConflict | ErrorCode::StateLimitExceeded | ErrorCode::QuotaExceeded => {
             exit::CONFLICT

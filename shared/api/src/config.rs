@@ -62,6 +62,53 @@ pub struct ServiceConfig {
     #[arg(long, env = "AGENTADDRESS_TOMBSTONE_SECONDS", default_value_t = 30 * 24 * 3600,
           value_parser = clap::value_parser!(u64).range(0..))]
     pub tombstone_seconds: u64,
+
+    /// Largest raw email message accepted, in bytes (larger: 552 5.3.4 / 413).
+    #[arg(long, env = "AGENTADDRESS_MAX_EMAIL_BYTES", default_value_t = 10_000_000,
+          value_parser = clap::value_parser!(u64).range(1024..=100 * 1024 * 1024))]
+    pub max_email_bytes: u64,
+
+    /// Raw bytes of retained email an address may keep before more mail is refused for now.
+    #[arg(long, env = "AGENTADDRESS_MAX_STORED_EMAIL_BYTES", default_value_t = 100_000_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_stored_email_bytes: u64,
+
+    /// Recipients one message may name.
+    #[arg(long, env = "AGENTADDRESS_MAX_EMAIL_RECIPIENTS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_email_recipients: u64,
+
+    /// Turns on the raw-MIME webhook door (`POST /api/v1/email/inbound`): relays present this
+    /// secret as `Authorization: Bearer …`. At least 16 characters. Never logged.
+    #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET", value_parser = parse_ingest_secret,
+          hide_env_values = true)]
+    pub email_ingest_secret: Option<Secret>,
+}
+
+/// A secret from the configuration: its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, to hash it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+fn parse_ingest_secret(s: &str) -> Result<Secret, String> {
+    if s.len() < 16 || s.len() > 512 || !s.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(
+            "the ingest secret must be 16 to 512 printable ASCII characters without spaces".into(),
+        );
+    }
+    Ok(Secret(s.to_owned()))
 }
 
 #[derive(Parser)]
@@ -89,6 +136,9 @@ impl ServiceConfig {
             creations_per_minute: self.creations_per_minute,
             max_wait_seconds: self.max_wait_seconds,
             tombstone_seconds: self.tombstone_seconds,
+            max_email_bytes: self.max_email_bytes,
+            max_stored_email_bytes: self.max_stored_email_bytes,
+            max_email_recipients: self.max_email_recipients,
         }
     }
 }
@@ -166,5 +216,10 @@ mod tests {
         assert_eq!(t.s.limits(), Limits::default());
         assert!(T::try_parse_from(["x", "--max-wait-seconds", "26"]).is_err());
         assert!(T::try_parse_from(["x", "--max-state-keys", "0"]).is_err());
+        assert!(T::try_parse_from(["x", "--email-ingest-secret", "short"]).is_err());
+        let t = T::try_parse_from(["x", "--email-ingest-secret", "0123456789abcdef-secret"])
+            .expect("a good secret");
+        let shown = format!("{:?}", t.s);
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
     }
 }

@@ -30,11 +30,13 @@ pub enum ErrorCode {
     Internal,
     NotSupported,
     Unavailable,
+    /// docs/API.md §11: the event's stored message is gone.
+    AttachmentUnavailable,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -51,6 +53,7 @@ impl ErrorCode {
         ErrorCode::Internal,
         ErrorCode::NotSupported,
         ErrorCode::Unavailable,
+        ErrorCode::AttachmentUnavailable,
     ];
 
     /// The code on the wire (`error.code`).
@@ -72,6 +75,7 @@ impl ErrorCode {
             Self::Internal => "internal",
             Self::NotSupported => "not_supported",
             Self::Unavailable => "unavailable",
+            Self::AttachmentUnavailable => "attachment_unavailable",
         }
     }
 
@@ -91,7 +95,7 @@ impl ErrorCode {
             Self::RevisionConflict | Self::QuotaExceeded | Self::StateLimitExceeded => {
                 StatusCode::CONFLICT
             }
-            Self::AddressGone => StatusCode::GONE,
+            Self::AddressGone | Self::AttachmentUnavailable => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
@@ -136,6 +140,9 @@ impl ErrorCode {
             Self::Unavailable => {
                 "The store is temporarily unavailable; the request can be retried safely."
             }
+            Self::AttachmentUnavailable => {
+                "The stored message of this event is gone; its attachments can no longer be read."
+            }
         }
     }
 }
@@ -164,6 +171,11 @@ pub enum ApiError {
     RevisionConflict { current: Option<u64> },
     #[error("quota exceeded")]
     QuotaExceeded,
+    /// `quota_exceeded` for stored email: the address keeps its most raw message bytes.
+    #[error("stored email quota exceeded")]
+    EmailStorageFull,
+    #[error("attachment unavailable")]
+    AttachmentUnavailable,
     #[error("state limit exceeded")]
     StateLimitExceeded,
     #[error("address gone")]
@@ -204,7 +216,8 @@ impl ApiError {
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::RevisionConflict { .. } => ErrorCode::RevisionConflict,
-            Self::QuotaExceeded => ErrorCode::QuotaExceeded,
+            Self::QuotaExceeded | Self::EmailStorageFull => ErrorCode::QuotaExceeded,
+            Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
             Self::AddressGone => ErrorCode::AddressGone,
             Self::PayloadTooLarge(_) => ErrorCode::PayloadTooLarge,
@@ -233,6 +246,9 @@ impl ApiError {
             | Self::PayloadTooLarge(m)
             | Self::UnsupportedMediaType(m)
             | Self::NotSupported(m) => m.clone(),
+            Self::EmailStorageFull => "This address keeps its most bytes of email messages; \
+                 older messages must expire first."
+                .into(),
             _ => self.error_code().default_message().into(),
         }
     }
@@ -258,6 +274,11 @@ impl From<StoreError> for ApiError {
             StoreError::StateLimitExceeded => Self::StateLimitExceeded,
             StoreError::IdempotencyKeyReused => Self::IdempotencyKeyReused,
             StoreError::AddressExists => Self::Internal("address id collision".into()),
+            StoreError::EmailStorageFull => Self::EmailStorageFull,
+            StoreError::EmailUnavailable => Self::AttachmentUnavailable,
+            StoreError::NotSupported(what) => {
+                Self::NotSupported(format!("This deployment does not support {what} yet."))
+            }
             StoreError::Unavailable(m) => Self::Unavailable(m),
             StoreError::Internal(m) => Self::Internal(m),
         }

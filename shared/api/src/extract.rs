@@ -108,7 +108,7 @@ pub async fn authenticate(
 /// Compared against when the address is unknown, so both paths hash and compare.
 const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
     let (scheme, token) = value.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {

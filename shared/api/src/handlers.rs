@@ -20,6 +20,8 @@ use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
 
+pub use crate::email_routes::*;
+
 type ApiResult = Result<Response, ApiError>;
 
 /// The byte cap of one page of events (docs/API.md §4).
@@ -410,7 +412,7 @@ async fn long_poll(
     }
 }
 
-fn event_id_param(event_id: &str) -> Result<(), ApiError> {
+pub(crate) fn event_id_param(event_id: &str) -> Result<(), ApiError> {
     if ids::is_valid_id(event_id) {
         Ok(())
     } else {

@@ -9,6 +9,7 @@ pub use agentaddress_core::{domain, store};
 
 pub mod config;
 pub mod dto;
+mod email_routes;
 pub mod error;
 pub mod extract;
 mod handlers;
@@ -34,7 +35,7 @@ pub use extract::ClientIp;
 pub use routes::{RouteGroup, Routes};
 
 use crate::config::ServiceConfig;
-use crate::domain::{Clock, Limits, SystemClock};
+use crate::domain::{ids, Clock, Limits, SystemClock};
 use crate::store::Store;
 
 /// Settings of the HTTP layer.
@@ -43,6 +44,9 @@ pub struct ApiConfig {
     pub public_url: Option<String>,
     pub email_domain: String,
     pub limits: Limits,
+    /// SHA-256 (hex) of the operator's ingest secret; `None` turns the raw-MIME webhook door
+    /// off (docs/API.md §10).
+    pub email_ingest_secret_hash: Option<String>,
 }
 
 impl From<&ServiceConfig> for ApiConfig {
@@ -51,6 +55,10 @@ impl From<&ServiceConfig> for ApiConfig {
             public_url: c.public_url.clone(),
             email_domain: c.email_domain.clone(),
             limits: c.limits(),
+            email_ingest_secret_hash: c
+                .email_ingest_secret
+                .as_ref()
+                .map(|s| ids::hash_secret(s.expose())),
         }
     }
 }

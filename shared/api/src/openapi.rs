@@ -33,6 +33,17 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+        components.add_security_scheme(
+            "ingest",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The operator's email ingest secret (`--email-ingest-secret`).",
+                    ))
+                    .build(),
+            ),
+        );
     }
 }
 
@@ -134,6 +145,25 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 AddressGone,
             ],
         ),
+        ("inbound_email", &[Unauthorized, NotFound, PayloadTooLarge]),
+        (
+            "get_attachment",
+            &[Unauthorized, NotFound, AddressGone, AttachmentUnavailable],
+        ),
+        (
+            "get_raw_email",
+            &[Unauthorized, NotFound, AddressGone, AttachmentUnavailable],
+        ),
+        (
+            "replay_email",
+            &[
+                Unauthorized,
+                NotFound,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+            ],
+        ),
     ]
 };
 
@@ -225,6 +255,11 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
     (
         "event_id",
         "An event id (`evt_…`).",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "attachment_id",
+        "An attachment id (`data.attachments[].id` of an `email.received` event, `att_…`).",
         "^[A-Za-z0-9_-]{1,64}$",
     ),
     (
@@ -377,7 +412,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 14);
+        assert_eq!(operations, 18);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -160,6 +160,16 @@ impl Fields for PutStateRequest {
     }
 }
 
+/// Body of `POST {root}/email/replay` (docs/API.md §11).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ReplayEmailRequest {
+    #[serde(deserialize_with = "email_id")]
+    #[schema(schema_with = email_id_schema)]
+    pub email_id: String,
+}
+
+impl Fields for ReplayEmailRequest {}
+
 // ---------------------------------------------------------------------------------------------
 // Query strings
 // ---------------------------------------------------------------------------------------------
@@ -300,6 +310,26 @@ fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
         .ok_or_else(|| {
             invalid("`{field}` must be a non-negative number of seconds (at most 25 are used).")
         })
+}
+
+/// An `email_id`: an id (`^[A-Za-z0-9_-]{1,64}$`, docs/API.md §10).
+fn email_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) if crate::domain::ids::is_valid_id(&s) => Ok(s),
+        _ => Err(invalid(
+            "`{field}` must be an email id: 1 to 64 letters, digits, _ and -.",
+        )),
+    }
+}
+
+fn email_id_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Type(Type::String))
+        .pattern(Some("^[A-Za-z0-9_-]{1,64}$"))
+        .description(Some(
+            "The `email_id` of a stored message (`data.email_id` of its `email.received` event).",
+        ))
+        .build()
 }
 
 fn typed(t: Type, nullable: bool) -> SchemaType {

@@ -34,10 +34,38 @@ pub enum RouteGroup {
     Service,
     /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
     Mcp,
+    /// `POST /api/v1/email/inbound`, `GET {root}/events/{event_id}/attachments/{id}`,
+    /// `GET {root}/events/{event_id}/raw`, `POST {root}/email/replay` (docs/API.md §10–§11).
+    /// `agentaddress serve` only for now: no Lambda function serves it yet, and on Lambda the
+    /// `service` catch-all answers these routes 501 `not_supported`.
+    Email,
 }
 
 impl RouteGroup {
-    pub const ALL: [RouteGroup; 7] = [
+    pub const ALL: [RouteGroup; 8] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+        RouteGroup::Mcp,
+        RouteGroup::Email,
+    ];
+
+    /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
+    pub const REST: [RouteGroup; 7] = [
+        RouteGroup::CreateAddress,
+        RouteGroup::Address,
+        RouteGroup::Inbox,
+        RouteGroup::Events,
+        RouteGroup::State,
+        RouteGroup::Service,
+        RouteGroup::Email,
+    ];
+
+    /// The groups a Lambda function serves (`template.yaml` has one function for each).
+    pub const LAMBDA: [RouteGroup; 7] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -47,15 +75,10 @@ impl RouteGroup {
         RouteGroup::Mcp,
     ];
 
-    /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
-    pub const REST: [RouteGroup; 6] = [
-        RouteGroup::CreateAddress,
-        RouteGroup::Address,
-        RouteGroup::Inbox,
-        RouteGroup::Events,
-        RouteGroup::State,
-        RouteGroup::Service,
-    ];
+    /// Whether a Lambda function serves this group (else only `agentaddress serve` does).
+    pub fn on_lambda(self) -> bool {
+        Self::LAMBDA.contains(&self)
+    }
 
     /// This group's routes (links every group's handlers: a Lambda function names its own
     /// `static` in [`groups`] instead).
@@ -68,6 +91,7 @@ impl RouteGroup {
             RouteGroup::State => &groups::STATE,
             RouteGroup::Service => &groups::SERVICE,
             RouteGroup::Mcp => &groups::MCP,
+            RouteGroup::Email => &groups::EMAIL,
         }
     }
 
@@ -89,6 +113,8 @@ impl RouteGroup {
 pub struct Shape {
     /// The handler's name, which is also its OpenAPI `operationId`.
     pub operation: &'static str,
+    /// The group whose function serves the route.
+    pub group: RouteGroup,
     /// The method of the handler's `#[utoipa::path]` annotation (one per handler).
     method: fn() -> Vec<HttpMethod>,
     /// The path of the handler's `#[utoipa::path]` annotation.
@@ -188,7 +214,12 @@ pub(crate) fn add_shapes(
     for shape in shapes {
         let (method, path) = (shape.method(), shape.path());
         if !served.iter().any(|(m, p)| *m == method && *p == path) {
-            router = router.route(&path, axum::routing::on(shape.filter(), not_served_here));
+            let answer = if shape.group.on_lambda() {
+                axum::routing::on(shape.filter(), not_served_here)
+            } else {
+                axum::routing::on(shape.filter(), not_deployed)
+            };
+            router = router.route(&path, answer);
         }
     }
     router
@@ -198,11 +229,21 @@ async fn not_served_here() -> ApiError {
     ApiError::Internal("a route reached a Lambda function that does not serve it".into())
 }
 
+/// A route of a group no Lambda function serves yet ([`RouteGroup::on_lambda`]).
+async fn not_deployed() -> ApiError {
+    ApiError::NotSupported(
+        "This deployment does not serve this route yet: inbound email and stored messages \
+         are served by `agentaddress serve`."
+            .into(),
+    )
+}
+
 /// Declares the groups: for each, its `static` in [`groups`], its function's name and its
 /// handlers (functions of `crate::handlers` with a `#[utoipa::path]` annotation). Also derives
 /// [`SHAPES`] (every REST route's shape) and [`RestPaths`] (the OpenAPI paths of them all).
 macro_rules! route_table {
     ($( $group:ident $name:ident $function:literal [ $( $handler:ident ),* $(,)? ] )*) => {
+        route_table!(@shapes $( $group [ $( $handler ),* ] )*);
         pastey::paste! {
             /// Each group's routes, one `static` per group.
             pub mod groups {
@@ -216,6 +257,7 @@ macro_rules! route_table {
                             Route {
                                 shape: Shape {
                                     operation: stringify!($handler),
+                                    group: RouteGroup::$group,
                                     method: <[<__path_ $handler>] as utoipa::Path>::methods,
                                     path: <[<__path_ $handler>] as utoipa::Path>::path,
                                 },
@@ -226,20 +268,25 @@ macro_rules! route_table {
                 )*
             }
 
-            /// The shape of every REST route.
-            pub static SHAPES: &[Shape] = &[$($(
-                Shape {
-                    operation: stringify!($handler),
-                    method: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::methods,
-                    path: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::path,
-                },
-            )*)*];
 
             /// The OpenAPI paths of every REST route (nested into the document by
             /// [`crate::openapi`]).
             #[derive(utoipa::OpenApi)]
             #[openapi(paths($($(crate::handlers::$handler),*),*))]
             pub struct RestPaths;
+        }
+    };
+    (@shapes $( $group:ident [ $( $handler:ident ),* ] )*) => {
+        pastey::paste! {
+            /// The shape of every REST route.
+            pub static SHAPES: &[Shape] = &[$($(
+                Shape {
+                    operation: stringify!($handler),
+                    group: RouteGroup::$group,
+                    method: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::methods,
+                    path: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::path,
+                },
+            )*)*];
         }
     };
 }
@@ -251,5 +298,7 @@ route_table! {
     Events EVENTS "events" [list_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]
     Service SERVICE "service" [healthz, openapi_json, skill_md]
+    Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
+    // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []
 }

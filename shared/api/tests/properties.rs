@@ -449,6 +449,7 @@ async fn app(limits: Limits) -> App {
         public_url: Some("http://agentaddress.test".into()),
         email_domain: "inbox.test".into(),
         limits,
+        email_ingest_secret_hash: None,
     };
     let router = api::router(AppState::new(Arc::new(store), config));
     let (status, _, created) = send(

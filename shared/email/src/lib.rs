@@ -25,6 +25,10 @@
 //! Recipients ([`parse_recipient`]) match case-insensitively; `{local}+{tag}@{domain}` delivers
 //! to `{local}@{domain}` and records `tag`.
 //!
+//! [`deliver`] is the pipeline every door (SMTP, the raw-MIME webhook, SES) ends in: recipients
+//! resolved, the message parsed once, and each address's event committed with the raw message
+//! by the store ([`agentaddress_core::store::Store::append_email`]).
+//!
 //! Everything here is hostile input. A message is refused permanently ([`Refusal`], each with
 //! its SMTP reply) when it is over the raw size limit (default 10 MB) or too complex; the
 //! bounds ([`EmailLimits`]) are checked by a linear pre-scan before the MIME parser sees the
@@ -33,6 +37,7 @@
 
 mod attachment;
 mod id;
+mod ingest;
 mod limits;
 mod message;
 mod recipient;
@@ -41,6 +46,9 @@ mod truncate;
 
 pub use attachment::{attachment, sanitize_filename, Attachment};
 pub use id::email_id;
+pub use ingest::{
+    deliver, email_limits, resolve, Accepted, Delivery, Inbound, Rejected, Rejection,
+};
 pub use limits::EmailLimits;
 pub use message::{
     parse_message, AuthResults, AuthVerdict, Envelope, ParsedEmail, Provider, DATA_KEYS,

@@ -12,6 +12,7 @@
 //! - `schema`: the tables and their migrations;
 //! - `rows`: column lists, rows mapped to records, loading a live address, SQL errors;
 //! - `addresses`: create, read, usage, delete;
+//! - `email`: stored email messages with their events, read by event or by `email_id`;
 //! - `events`: deliveries, feed pages, one event, acks, the last sequence;
 //! - `state`: state keys (list, get, put, delete);
 //! - `append`: appending an event (every delivery and state write) and the feed quota;
@@ -27,6 +28,7 @@ use agentaddress_core::{domain, store};
 mod addresses;
 mod append;
 mod connections;
+mod email;
 mod events;
 mod purge;
 mod rate_limit;
@@ -46,8 +48,8 @@ use crate::domain::{Limits, Millis};
 use crate::rows::sql_err;
 use crate::store::{
     Acked, AddressRecord, Appended, Event, EventPage, FeedSignal, IdempotencyClaim, NewAddress,
-    NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    SweepReport, Usage,
+    NewEmail, NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
+    StoreResult, StoredEmail, SweepReport, Usage,
 };
 
 /// Most requests committed in one transaction (group commit).
@@ -185,6 +187,29 @@ impl Store for SqliteStore {
         now: Millis,
     ) -> StoreResult<Appended> {
         self.append_event_impl(id, event, claim, limits, now).await
+    }
+
+    async fn append_email(
+        &self,
+        id: &str,
+        email: NewEmail,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        self.append_email_impl(id, email, limits, now).await
+    }
+
+    async fn email_of_event(
+        &self,
+        id: &str,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        self.email_of_event_impl(id, event_id, now).await
+    }
+
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
+        self.email_by_id_impl(id, email_id, now).await
     }
 
     async fn read_events(

@@ -15,6 +15,7 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM events WHERE address_id = ?1",
         "DELETE FROM state WHERE address_id = ?1",
         "DELETE FROM idempotency WHERE address_id = ?1",
+        "DELETE FROM emails WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -35,6 +36,8 @@ impl SqliteStore {
                     .execute("DELETE FROM events WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)? as u64;
                 conn.execute("DELETE FROM idempotency WHERE expires_at <= ?1", [now])
+                    .map_err(sql_err)?;
+                conn.execute("DELETE FROM emails WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
                 let expired: Vec<String> = conn
                     .prepare(

@@ -68,6 +68,22 @@ ALTER TABLE addresses ADD COLUMN email_key TEXT NOT NULL DEFAULT '';
 UPDATE addresses SET email_key = lower(email);
 CREATE UNIQUE INDEX addresses_email_key ON addresses(email_key);
 "#,
+    // 3: stored email messages (docs/API.md §10–§11), one per `email.received` event, with that
+    // event's sequence and expiry. A rowid table: its rows hold blobs of up to the raw limit.
+    r#"
+CREATE TABLE emails (
+    address_id  TEXT NOT NULL,
+    email_id    TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event_id    TEXT NOT NULL,
+    size        INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    raw         BLOB NOT NULL
+);
+CREATE UNIQUE INDEX emails_by_id ON emails(address_id, email_id);
+CREATE INDEX emails_by_seq ON emails(address_id, seq);
+CREATE INDEX emails_expiry ON emails(expires_at);
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

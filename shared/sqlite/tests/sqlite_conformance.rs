@@ -7,6 +7,13 @@ mod memory {
     agentaddress_core::store_conformance_tests!(Arc::new(
         SqliteStore::open_in_memory().expect("open in-memory SQLite")
     ));
+
+    mod email {
+        use super::*;
+        agentaddress_core::store_email_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -22,6 +29,10 @@ mod file {
     }
 
     agentaddress_core::store_conformance_tests!(open());
+
+    mod email {
+        agentaddress_core::store_email_conformance_tests!(super::open());
+    }
 }
 
 /// Behaviour of the SQLite file itself: persistence across reopening, migrations, WAL.
@@ -90,7 +101,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 2));
+        assert_eq!((mode.as_str(), version), ("wal", 3));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -206,7 +217,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 2);
+        assert_eq!(version, 3);
     }
 
     #[tokio::test]

@@ -273,6 +273,7 @@ impl TestApp {
                 public_url: None,
                 email_domain: "inbox.test".into(),
                 limits: limits.clone(),
+                email_ingest_secret_hash: None,
             },
         )
         .with_clock(clock.clone());

@@ -413,6 +413,7 @@ fn colliding_app(collisions: u32) -> (axum::Router, Arc<CollidingStore>) {
             public_url: None,
             email_domain: "inbox.test".into(),
             limits: Limits::default(),
+            email_ingest_secret_hash: None,
         },
     );
     (api::router(state), store)

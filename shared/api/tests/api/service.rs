@@ -39,6 +39,16 @@ async fn openapi_describes_every_route() {
             "/api/v1/addresses/{address_id}/state/{key}",
             &["get", "put", "delete"],
         ),
+        ("/api/v1/addresses/{address_id}/email/replay", &["post"]),
+        (
+            "/api/v1/addresses/{address_id}/events/{event_id}/attachments/{attachment_id}",
+            &["get"],
+        ),
+        (
+            "/api/v1/addresses/{address_id}/events/{event_id}/raw",
+            &["get"],
+        ),
+        ("/api/v1/email/inbound", &["post"]),
         ("/healthz", &["get"]),
         ("/openapi.json", &["get"]),
         ("/skill.md", &["get"]),

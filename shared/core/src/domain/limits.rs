@@ -26,6 +26,13 @@ pub struct Limits {
     pub max_wait_seconds: u64,
     /// Seconds a deleted or expired address answers `address_gone` before it is forgotten.
     pub tombstone_seconds: u64,
+    /// Largest raw email message accepted, in bytes (docs/API.md §10).
+    pub max_email_bytes: u64,
+    /// Raw bytes of retained email messages an address may keep before more mail is refused
+    /// (temporarily: retention frees them).
+    pub max_stored_email_bytes: u64,
+    /// Recipients one message may name (RCPT TO commands, or `rcpt` parameters).
+    pub max_email_recipients: u64,
 }
 
 impl Default for Limits {
@@ -40,6 +47,9 @@ impl Default for Limits {
             creations_per_minute: 20,
             max_wait_seconds: 25,
             tombstone_seconds: 30 * 24 * 3600,
+            max_email_bytes: 10_000_000,
+            max_stored_email_bytes: 100_000_000,
+            max_email_recipients: 100,
         }
     }
 }

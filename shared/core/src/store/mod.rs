@@ -7,6 +7,8 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod email_conformance;
 pub mod rules;
 mod signal;
 
@@ -34,6 +36,15 @@ pub enum StoreError {
     IdempotencyKeyReused,
     #[error("an address with this id already exists")]
     AddressExists,
+    /// The address's stored email messages would pass `max_stored_email_bytes`.
+    #[error("the address's stored messages would exceed their limit")]
+    EmailStorageFull,
+    /// The event is an email whose stored message is gone (removed, or never kept).
+    #[error("the stored message is gone")]
+    EmailUnavailable,
+    /// This store does not implement the operation (yet); answered as 501 `not_supported`.
+    #[error("not supported by this store: {0}")]
+    NotSupported(&'static str),
     /// Throttled, or the outcome is unknown; the caller may retry safely.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -100,6 +111,25 @@ pub struct NewEvent {
     pub data: String,
     /// Compact JSON text of the `http` record (HTTP ingress only).
     pub http: Option<String>,
+}
+
+/// An inbound email to append: its event, and the raw message stored with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEmail {
+    /// The email's idempotency key (docs/API.md §10), unique per address among retained events.
+    pub email_id: String,
+    /// The message as received (RFC 822 bytes).
+    pub raw: Vec<u8>,
+    /// The `email.received` event.
+    pub event: NewEvent,
+}
+
+/// A stored message and the event it produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredEmail {
+    pub email_id: String,
+    pub event: EventRef,
+    pub raw: Vec<u8>,
 }
 
 /// An idempotency claim: the SHA-256 of the key and of the body.
@@ -266,6 +296,44 @@ pub trait Store: Send + Sync + 'static {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended>;
+
+    /// Appends an `email.received` event and stores the raw message with it, in one atomic step
+    /// (both or neither). Idempotent on `email.email_id`: when a retained event of this address
+    /// came from the same `email_id`, returns it with `duplicate: true` and stores nothing. The
+    /// feed quota is [`StoreError::QuotaExceeded`]; the raw bytes of the address's retained
+    /// messages passing `limits.max_stored_email_bytes` is [`StoreError::EmailStorageFull`].
+    /// The stored message follows its event: removed with it at retention, at address deletion
+    /// and at expiry.
+    async fn append_email(
+        &self,
+        id: &str,
+        email: NewEmail,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        let _ = (id, email, limits, now);
+        Err(StoreError::NotSupported("stored email"))
+    }
+
+    /// The stored message of the retained event `event_id`. [`StoreError::NotFound`] for an
+    /// unknown or expired event; [`StoreError::EmailUnavailable`] when the event has no stored
+    /// message (not an email, or its message is gone).
+    async fn email_of_event(
+        &self,
+        id: &str,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        let _ = (id, event_id, now);
+        Err(StoreError::NotSupported("stored email"))
+    }
+
+    /// The stored message `email_id` of this address, with its event, while that event is
+    /// retained; else [`StoreError::NotFound`].
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
+        let _ = (id, email_id, now);
+        Err(StoreError::NotSupported("stored email"))
+    }
 
     /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
     /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.

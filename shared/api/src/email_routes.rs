@@ -1,0 +1,387 @@
+//! The email routes (docs/API.md §10–§11): the raw-MIME webhook door, and reading a stored
+//! message's attachments and raw bytes, and replaying it. Re-exported by `handlers`, so the
+//! route table names them like every other handler.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::dto::{ErrorBody, EventRefView};
+use super::extract::*;
+use super::handlers::event_id_param;
+use super::request::ReplayEmailRequest;
+use super::{json_response, ApiError, AppState};
+use crate::domain::ids;
+
+type ApiResult = Result<Response, ApiError>;
+
+/// `POST /api/v1/email/inbound`: what happened to each recipient.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InboundResult {
+    /// The recipients whose address's feed has the message (also when it was already there: a
+    /// resent message is one event).
+    pub accepted: Vec<String>,
+    pub rejected: Vec<RejectedRecipient>,
+}
+
+/// A recipient that did not get the message.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RejectedRecipient {
+    pub rcpt: String,
+    /// An error code of docs/API.md §9: `not_found` (no such address), `address_gone`,
+    /// `quota_exceeded` (its feed or its stored email is full: retry later),
+    /// `payload_too_large` / `invalid_request` (the message is refused), `unavailable`
+    /// (retry), `internal`.
+    pub code: String,
+    /// The SMTP reply a mail server would give, for relays that bounce (`550 5.1.1 …`).
+    pub smtp: String,
+    /// Whether sending the same message again later may succeed (a 4xx SMTP reply).
+    pub temporary: bool,
+}
+
+/// `POST {root}/email/replay`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplayResult {
+    pub duplicate: bool,
+    pub event: EventRefView,
+}
+
+/// The recipients (`rcpt`, repeatable) and envelope sender (`mail_from`, optional) of the
+/// webhook door's query string.
+fn inbound_query(uri: &Uri, max_recipients: u64) -> Result<(Vec<String>, String), ApiError> {
+    let mut rcpts = Vec::new();
+    let mut mail_from = None;
+    for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "rcpt" => {
+                if value.is_empty() || value.len() > 320 {
+                    return Err(ApiError::invalid(
+                        "Each `rcpt` must be an email address of 1 to 320 characters.",
+                    ));
+                }
+                if rcpts.len() as u64 >= max_recipients {
+                    return Err(ApiError::invalid(format!(
+                        "A message may name at most {max_recipients} recipients (`rcpt`)."
+                    )));
+                }
+                rcpts.push(value.into_owned());
+            }
+            "mail_from" => {
+                if mail_from.is_some() || value.len() > 320 || value.chars().any(char::is_control) {
+                    return Err(ApiError::invalid(
+                        "`mail_from` must be given once, at most 320 characters without control characters.",
+                    ));
+                }
+                mail_from = Some(value.into_owned());
+            }
+            _ => {}
+        }
+    }
+    if rcpts.is_empty() {
+        return Err(ApiError::invalid(
+            "Name the recipients with `rcpt` (e.g. ?rcpt=addr_…@inbox.example).",
+        ));
+    }
+    Ok((rcpts, mail_from.unwrap_or_default()))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/email/inbound", tag = "email",
+    params(
+        ("rcpt" = Vec<String>, Query, description = "A recipient (repeat for each)"),
+        ("mail_from" = String, Query, description = "The envelope sender (empty or absent: the null sender)"),
+    ),
+    request_body(content = String, description = "The raw RFC 822 message", content_type = "message/rfc822"),
+    security(("ingest" = [])),
+    responses(
+        (status = 200, description = "Each recipient's outcome", body = InboundResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, description = "Inbound email over HTTP is not enabled", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+    )
+)]
+pub async fn inbound_email(
+    State(state): State<AppState>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    let Some(secret_hash) = state.config.email_ingest_secret_hash.as_deref() else {
+        return Err(ApiError::not_found(
+            "Inbound email over HTTP is not enabled on this server (it needs an ingest secret).",
+        ));
+    };
+    let presented = bearer_token(&headers).unwrap_or_default();
+    if !ids::verify_secret(presented, secret_hash) {
+        return Err(ApiError::Unauthorized);
+    }
+    let limits = &state.config.limits;
+    let (rcpts, mail_from) = inbound_query(&uri, limits.max_email_recipients)?;
+    let raw = read_body(&headers, body, limits.max_email_bytes, "email message").await?;
+    let delivery = agentaddress_email::deliver(
+        state.store.as_ref(),
+        &agentaddress_email::Inbound {
+            raw: &raw,
+            mail_from: &mail_from,
+            rcpt_to: &rcpts,
+            provider: agentaddress_email::Provider::Webhook,
+            auth: agentaddress_email::AuthResults::default(),
+            email_id_hint: None,
+        },
+        &state.config.email_domain,
+        limits,
+        now,
+    )
+    .await;
+    Ok(json_response(
+        StatusCode::OK,
+        &InboundResult {
+            accepted: delivery.accepted.into_iter().map(|a| a.rcpt).collect(),
+            rejected: delivery
+                .rejected
+                .into_iter()
+                .map(|r| RejectedRecipient {
+                    code: r.rejection.code().to_owned(),
+                    smtp: r.rejection.smtp_reply().to_string(),
+                    temporary: r.rejection.is_temporary(),
+                    rcpt: r.rcpt,
+                })
+                .collect(),
+        },
+    ))
+}
+
+/// Headers every download of untrusted bytes carries: never rendered, never sniffed.
+fn download(content_type: &str, filename: &str, bytes: Vec<u8>) -> Response {
+    let content_type = HeaderValue::from_str(content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let disposition = HeaderValue::from_str(&format!(
+        "attachment; filename*=UTF-8''{}",
+        percent_encode_filename(filename)
+    ))
+    .unwrap_or(HeaderValue::from_static("attachment"));
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CONTENT_DISPOSITION, disposition),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox"),
+            ),
+            (
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("private, no-store"),
+            ),
+        ],
+        bytes,
+    )
+        .into_response()
+}
+
+/// RFC 8187 `attr-char`s stay, every other byte is `%XX`.
+fn percent_encode_filename(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A declared content type that is a plain `type/subtype` (parameters dropped), else
+/// `application/octet-stream`.
+fn safe_content_type(declared: &str) -> String {
+    let essence = declared.split(';').next().unwrap_or_default().trim();
+    let ok = essence.len() <= 127
+        && essence.split_once('/').is_some_and(|(t, s)| {
+            !t.is_empty()
+                && !s.is_empty()
+                && essence
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$&-^_.+/".contains(&b))
+        });
+    if ok {
+        essence.to_ascii_lowercase()
+    } else {
+        "application/octet-stream".into()
+    }
+}
+
+fn attachment_id_param(attachment_id: &str) -> Result<(), ApiError> {
+    if ids::is_valid_id(attachment_id) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found("No such attachment."))
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events/{event_id}/attachments/{attachment_id}",
+    tag = "email",
+    params(("address_id" = String, Path), ("event_id" = String, Path),
+           ("attachment_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The attachment's decoded bytes, with its declared content type", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_attachment(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id, attachment_id)): PathParams<(String, String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    attachment_id_param(&attachment_id)?;
+    let stored = state
+        .store
+        .email_of_event(&address_id, &event_id, now)
+        .await?;
+    let limits = agentaddress_email::email_limits(&state.config.limits);
+    // Parsing a stored message is CPU work of up to the raw limit: off the async threads.
+    let found = tokio::task::spawn_blocking(move || {
+        agentaddress_email::attachment(&stored.raw, &attachment_id, &limits)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("attachment extraction failed: {e}")))?;
+    let attachment = found.ok_or_else(|| ApiError::not_found("No such attachment."))?;
+    Ok(download(
+        &safe_content_type(&attachment.content_type),
+        &attachment.filename,
+        attachment.bytes,
+    ))
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events/{event_id}/raw", tag = "email",
+    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The message as received", content_type = "message/rfc822"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_raw_email(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    let stored = state
+        .store
+        .email_of_event(&address_id, &event_id, now)
+        .await?;
+    Ok(download(
+        "message/rfc822",
+        &format!("{}.eml", stored.email_id),
+        stored.raw,
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/email/replay", tag = "email",
+    params(("address_id" = String, Path)),
+    request_body = ReplayEmailRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "The stored message's event was appended", body = ReplayResult),
+        (status = 200, description = "Its event is in the feed already", body = ReplayResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+    )
+)]
+pub async fn replay_email(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    require_json_content_type(&headers)?;
+    let bytes = read_body(&headers, body, 4096, "request body").await?;
+    let request = json_body::<ReplayEmailRequest>(&bytes)?;
+    // The embedded store commits a message and its event together, so a stored message always
+    // has its event: replaying answers it. (Where a message can be stored before its event is
+    // appended, the event would be appended here: 201.)
+    match state
+        .store
+        .email_by_id(&address_id, &request.email_id, now)
+        .await
+    {
+        Ok(stored) => Ok(json_response(
+            StatusCode::OK,
+            &ReplayResult {
+                duplicate: true,
+                event: stored.event.into(),
+            },
+        )),
+        Err(crate::store::StoreError::NotFound) => Err(ApiError::not_found(
+            "No stored message with this email_id for this address.",
+        )),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filenames_are_percent_encoded() {
+        assert_eq!(percent_encode_filename("a b.pdf"), "a%20b.pdf");
+        assert_eq!(
+            percent_encode_filename("r\u{e9}sum\u{e9}\";.txt"),
+            "r%C3%A9sum%C3%A9%22%3B.txt"
+        );
+    }
+
+    #[test]
+    fn content_types_are_plain_or_octet_stream() {
+        assert_eq!(
+            safe_content_type("Application/PDF; name=x"),
+            "application/pdf"
+        );
+        assert_eq!(safe_content_type("text/html"), "text/html");
+        assert_eq!(
+            safe_content_type("text/html\r\nX-Evil: 1"),
+            "application/octet-stream"
+        );
+        assert_eq!(safe_content_type(""), "application/octet-stream");
+        assert_eq!(safe_content_type("nonsense"), "application/octet-stream");
+    }
+
+    #[test]
+    fn inbound_queries() {
+        let uri: Uri = "/x?rcpt=a%40b&mail_from=s%40t&rcpt=c%40d"
+            .parse()
+            .expect("uri");
+        assert_eq!(
+            inbound_query(&uri, 10).expect("parses"),
+            (vec!["a@b".to_owned(), "c@d".to_owned()], "s@t".to_owned())
+        );
+        let uri: Uri = "/x?mail_from=s".parse().expect("uri");
+        assert!(inbound_query(&uri, 10).is_err(), "a recipient is required");
+        let uri: Uri = "/x?rcpt=a&rcpt=b&rcpt=c".parse().expect("uri");
+        assert!(inbound_query(&uri, 2).is_err(), "too many recipients");
+    }
+}
