@@ -13,13 +13,14 @@ use serde_json::{json, Value};
 use crate::{Address, Client};
 
 /// The tools the endpoint must list, in this order.
-pub const TOOLS: [&str; 6] = [
+pub const TOOLS: [&str; 7] = [
     "create_return_address",
     "poll_events",
     "acknowledge_event",
     "get_state",
     "set_state",
     "delete_state",
+    "get_attachment",
 ];
 
 /// An MCP client session (initialized) against one deployment, with the tools it listed.

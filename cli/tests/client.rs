@@ -288,3 +288,82 @@ async fn server_url_resolution() {
     assert_eq!(out.code, 0, "{out:?}");
     cli.assert_never_printed(&cli.token("u"));
 }
+
+/// `attachment`: the bytes of an email's attachment saved into a new 0600 file, under a plain
+/// name in the working directory whatever the sender called it, never overwriting a file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
+    use base64::Engine;
+    const SECRET: &str = "client-test-ingest-secret-012345";
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (_child, base) = common::spawn_serve(
+        &dir.path().join("a.db"),
+        "127.0.0.1:0",
+        &["--email-ingest-secret", SECRET],
+    )
+    .await;
+    let mut cli = Cli::new(&base);
+    let created = cli.ok(&["create", "mail"]).await;
+    let email = created["email"].as_str().unwrap_or_default().to_owned();
+    let bytes: Vec<u8> = (0..20_000u32).map(|n| (n * 13 % 256) as u8).collect();
+    let raw = format!(
+        "From: ada@example.com\r\nSubject: a file\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
+         --b\r\nContent-Type: text/plain\r\n\r\nsee attached\r\n\
+         --b\r\nContent-Type: application/octet-stream\r\n\
+         Content-Disposition: attachment; filename=\"../../../escape.bin\"\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\n{}\r\n--b--\r\n",
+        base64::engine::general_purpose::STANDARD.encode(&bytes)
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{base}/api/v1/email/inbound?rcpt={email}"))
+        .bearer_auth(SECRET)
+        .body(raw)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("ingest: {e}"));
+    assert_eq!(r.status(), 200);
+    let page = cli.ok(&["poll", "mail"]).await;
+    let event = &page["events"][0];
+    let event_id = event["id"].as_str().unwrap_or_default().to_owned();
+    let att = event["data"]["attachments"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+
+    let work = cli.scratch("work/inner");
+    std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("{e}"));
+    cli.cwd = Some(work.clone());
+    let saved = cli.ok(&["attachment", "mail", &event_id, &att]).await;
+    let file = work.join("escape.bin");
+    assert_eq!(saved["filename"], "escape.bin");
+    assert_eq!(saved["size"], bytes.len());
+    assert_eq!(std::fs::read(&file).unwrap_or_default(), bytes);
+    assert_eq!(mode(&file), 0o600);
+    let entries: Vec<_> = std::fs::read_dir(cli.scratch("work"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(entries, vec![std::ffi::OsString::from("inner")], "nothing outside the folder");
+
+    // Never overwritten: neither the default name nor --out.
+    std::fs::write(&file, b"mine").unwrap_or_else(|e| panic!("{e}"));
+    cli.fails(&["attachment", "mail", &event_id, &att], 6, "file_exists")
+        .await;
+    assert_eq!(std::fs::read(&file).unwrap_or_default(), b"mine");
+    let out = work.join("chosen.bin");
+    let out_arg = out.display().to_string();
+    cli.ok(&["attachment", "mail", &event_id, &att, "--out", &out_arg])
+        .await;
+    assert_eq!(std::fs::read(&out).unwrap_or_default(), bytes);
+    cli.fails(&["attachment", "mail", &event_id, &att, "--out", &out_arg], 6, "file_exists")
+        .await;
+
+    // Errors: an unknown attachment, a malformed id.
+    cli.fails(&["attachment", "mail", &event_id, "att_99"], 4, "not_found")
+        .await;
+    cli.fails(&["attachment", "mail", &event_id, "bad id"], 2, "invalid_request")
+        .await;
+    let token = cli.token("mail");
+    cli.assert_never_printed(&token);
+}

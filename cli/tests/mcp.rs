@@ -105,3 +105,136 @@ async fn mcp_read_token_is_never_logged() {
         "the read token appears in the server log"
     );
 }
+
+/// `get_attachment`: a small attachment inline as an embedded resource (its exact bytes), a
+/// large one refused with its size and the REST URL, and the errors of the REST route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_get_attachment() {
+    use base64::Engine;
+    use rmcp::model::{CallToolRequestParams, ContentBlock, ResourceContents};
+    use sha2::{Digest, Sha256};
+
+    const SECRET: &str = "mcp-test-ingest-secret-0123456789";
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (_server, base) = common::spawn_serve(
+        &dir.path().join("mcp.db"),
+        "127.0.0.1:0",
+        &["--email-ingest-secret", SECRET],
+    )
+    .await;
+    let m = mcp::Mcp::connect(&base).await;
+    let (a, _) = m.create(json!({})).await;
+    let small: Vec<u8> = (0..3_000u32).map(|n| (n % 251) as u8).collect();
+    let large = vec![b'L'; mcp_inline_max() + 1];
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let raw = format!(
+        "From: ada@example.com\r\nSubject: files\r\nMessage-ID: <files@example.com>\r\n\
+         Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
+         --b\r\nContent-Type: text/plain\r\n\r\nTwo files.\r\n\
+         --b\r\nContent-Type: image/png\r\nContent-Disposition: attachment; filename=\"dot.png\"\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\n{}\r\n\
+         --b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"big.bin\"\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\n{}\r\n--b--\r\n",
+        b64(&small),
+        b64(&large)
+    );
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{base}/api/v1/email/inbound?rcpt={}@inbox.localhost", a.id))
+        .bearer_auth(SECRET)
+        .body(raw)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("ingest: {e}"));
+    assert_eq!(r.status(), 200);
+    let page = m
+        .call(
+            "poll_events",
+            json!({"address_id": a.id, "read_token": a.token, "after": 0}),
+        )
+        .await;
+    let event = &page.ok("poll")["events"][0];
+    assert_eq!(event["type"], "email.received", "{event}");
+    let event_id = event["id"].as_str().unwrap_or_default().to_owned();
+    let attachments = event["data"]["attachments"].as_array().cloned().unwrap_or_default();
+    assert_eq!(attachments.len(), 2, "{event}");
+    let id_of = |name: &str| {
+        attachments
+            .iter()
+            .find(|x| x["filename"] == name)
+            .and_then(|x| x["id"].as_str())
+            .unwrap_or_else(|| panic!("no attachment {name}"))
+            .to_owned()
+    };
+    let args = |att: &str| {
+        json!({"address_id": a.id, "read_token": a.token, "event_id": event_id, "attachment_id": att})
+    };
+
+    // Small: inline, byte for byte.
+    let args_small = match args(&id_of("dot.png")) {
+        serde_json::Value::Object(o) => o,
+        _ => unreachable!("an object"),
+    };
+    let result = m
+        .client
+        .call_tool(CallToolRequestParams::new("get_attachment").with_arguments(args_small))
+        .await
+        .unwrap_or_else(|e| panic!("get_attachment: {e}"));
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let s = result.structured_content.clone().unwrap_or_default();
+    assert_eq!(s["filename"], "dot.png");
+    assert_eq!(s["content_type"], "image/png");
+    assert_eq!(s["size"], small.len());
+    assert_eq!(s["sha256"], hex::encode(Sha256::digest(&small)));
+    let blob = result
+        .content
+        .iter()
+        .find_map(|c| match c {
+            ContentBlock::Resource(r) => match &r.resource {
+                ResourceContents::BlobResourceContents { blob, mime_type, .. } => {
+                    assert_eq!(mime_type.as_deref(), Some("image/png"));
+                    Some(blob.clone())
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no embedded blob resource: {result:?}"));
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob)
+        .unwrap_or_else(|e| panic!("base64: {e}"));
+    assert_eq!(bytes, small);
+
+    // Large: refused with its size and where to download it.
+    let refused = m.call("get_attachment", args(&id_of("big.bin"))).await;
+    let error = refused.expect_error("payload_too_large", "a large attachment");
+    assert_eq!(error["size"], large.len());
+    let url = error["url"].as_str().unwrap_or_default();
+    assert!(
+        url.starts_with("http://") && url.ends_with(&format!("/attachments/{}", id_of("big.bin"))),
+        "{url}"
+    );
+    let r = http
+        .get(url)
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.map(|b| b.len()).unwrap_or(0), large.len());
+
+    // The REST route's errors.
+    m.call("get_attachment", args("att_99"))
+        .await
+        .expect_error("not_found", "an unknown attachment");
+    let mut wrong = args(&id_of("dot.png"));
+    wrong["read_token"] = json!("aat_wrong");
+    m.call("get_attachment", wrong)
+        .await
+        .expect_error("unauthorized", "a wrong token");
+    m.close().await;
+}
+
+fn mcp_inline_max() -> usize {
+    agentaddress_mcp::INLINE_MAX_BYTES
+}

@@ -14,6 +14,13 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// request within 29 s.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(35);
 
+/// The answer of [`Api::download`].
+pub struct Download {
+    pub bytes: Vec<u8>,
+    pub content_type: Option<String>,
+    pub disposition: Option<String>,
+}
+
 pub struct Api {
     http: reqwest::Client,
     /// The server URL without a trailing `/`.
@@ -101,6 +108,47 @@ impl Api {
             });
         }
         Err(server_error(status, &bytes))
+    }
+
+    /// Downloads the bytes of a 2xx answer (at most `max_bytes`) with its `Content-Type` and
+    /// `Content-Disposition`; an error answer is a `CliError` as for [`Api::call`].
+    pub async fn download(&self, path: &str, token: &str, max_bytes: usize) -> Result<Download> {
+        let mut response = self
+            .http
+            .get(self.url(path))
+            .timeout(REQUEST_TIMEOUT)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| self.network_error(&e))?;
+        let status = response.status();
+        let header = |name: reqwest::header::HeaderName| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let content_type = header(reqwest::header::CONTENT_TYPE);
+        let disposition = header(reqwest::header::CONTENT_DISPOSITION);
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.network_error(&e))? {
+            if bytes.len() + chunk.len() > max_bytes {
+                return Err(CliError::new(
+                    "bad_response",
+                    format!("the download is larger than {max_bytes} bytes"),
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        if !status.is_success() {
+            return Err(server_error(status, &bytes));
+        }
+        Ok(Download {
+            bytes,
+            content_type,
+            disposition,
+        })
     }
 
     fn network_error(&self, e: &reqwest::Error) -> CliError {

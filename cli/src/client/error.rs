@@ -22,7 +22,7 @@ pub mod exit {
     /// The saved credentials no longer work: `unauthorized` (401), `address_gone` (410).
     pub const AUTH: u8 = 5;
     /// A conflict: `revision_conflict`, `state_limit_exceeded`, `quota_exceeded` (409),
-    /// `task_exists`.
+    /// `task_exists`, `file_exists`.
     pub const CONFLICT: u8 = 6;
     /// Retry later: `rate_limited` (429), `unavailable` (503).
     pub const RETRY: u8 = 7;
@@ -86,6 +86,7 @@ pub const CLIENT_CODES: &[(&str, u8)] = &[
     ("unreachable", exit::UNREACHABLE),
     ("unknown_task", exit::NOT_FOUND),
     ("task_exists", exit::CONFLICT),
+    ("file_exists", exit::CONFLICT),
     ("bad_response", exit::OTHER),
     ("credentials_error", exit::OTHER),
     ("output_error", exit::OTHER),

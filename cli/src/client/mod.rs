@@ -1,5 +1,5 @@
 //! The command-line client, for agents that run shell commands: `create`, `handoff`, `poll`,
-//! `ack` and `state …`. Credentials are saved per task in the credentials directory
+//! `ack`, `state …` and `attachment`. Credentials are saved per task in the credentials directory
 //! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
 //! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
 //!
@@ -7,6 +7,7 @@
 //! everything printed on stdout or stderr passes through `redact` as a last guard.
 
 mod api;
+mod attachment;
 mod creds;
 mod error;
 
@@ -57,6 +58,9 @@ pub enum ClientCommand {
     Ack(AckArgs),
     /// Client: the durable JSON state of TASK's address.
     State(StateArgs),
+    /// Client: save one attachment of an email event of TASK into a new file (0600; never
+    /// overwrites).
+    Attachment(attachment::AttachmentArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -207,6 +211,7 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         ClientCommand::Poll(args) => poll(args, secret).await,
         ClientCommand::Ack(args) => ack(args, secret).await,
         ClientCommand::State(args) => state(args, secret).await,
+        ClientCommand::Attachment(args) => attachment::attachment(args, secret).await,
     }
 }
 

@@ -45,6 +45,8 @@ pub struct Cli {
     pub url: String,
     /// Every command run so far.
     pub log: Vec<Out>,
+    /// The commands' working directory (default: the test's).
+    pub cwd: Option<PathBuf>,
 }
 
 impl Cli {
@@ -56,6 +58,7 @@ impl Cli {
             home,
             url: url.to_owned(),
             log: Vec::new(),
+            cwd: None,
         }
     }
 
@@ -87,6 +90,9 @@ impl Cli {
             .kill_on_drop(true);
         if let Some(url) = url {
             cmd.env("AGENTADDRESS_URL", url);
+        }
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
         }
         let mut child = cmd
             .spawn()

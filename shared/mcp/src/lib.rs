@@ -27,15 +27,18 @@ use http::request::Parts;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, Implementation,
-    InitializeRequestParams, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ContentBlock,
+    Implementation, InitializeRequestParams, JsonObject, ListToolsResult, PaginatedRequestParams,
+    ResourceContents, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
 use tower::ServiceExt;
 
 use agentaddress_api::error::ErrorCode;
@@ -383,16 +386,18 @@ enum ToolKind {
     GetState,
     SetState,
     DeleteState,
+    GetAttachment,
 }
 
 impl ToolKind {
-    const ALL: [ToolKind; 6] = [
+    const ALL: [ToolKind; 7] = [
         ToolKind::CreateReturnAddress,
         ToolKind::PollEvents,
         ToolKind::AcknowledgeEvent,
         ToolKind::GetState,
         ToolKind::SetState,
         ToolKind::DeleteState,
+        ToolKind::GetAttachment,
     ];
 
     fn name(self) -> &'static str {
@@ -403,6 +408,7 @@ impl ToolKind {
             ToolKind::GetState => "get_state",
             ToolKind::SetState => "set_state",
             ToolKind::DeleteState => "delete_state",
+            ToolKind::GetAttachment => "get_attachment",
         }
     }
 
@@ -488,6 +494,7 @@ fn input_schema(kind: ToolKind) -> Value {
         ToolKind::GetState => (bearer(), None),
         ToolKind::SetState => (bearer(), Some(json_schema::<PutStateRequest>())),
         ToolKind::DeleteState => (bearer(), Some(json_schema::<DeleteStateParams>())),
+        ToolKind::GetAttachment => (bearer(), None),
     };
     match kind {
         ToolKind::AcknowledgeEvent => own.push((
@@ -503,6 +510,22 @@ fn input_schema(kind: ToolKind) -> Value {
             false,
         )),
         ToolKind::SetState | ToolKind::DeleteState => own.push(("key", key, true)),
+        ToolKind::GetAttachment => {
+            own.push((
+                "event_id",
+                json!({"type": "string",
+                       "description": "The id of the email.received event (`evt_…`).",
+                       "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+                true,
+            ));
+            own.push((
+                "attachment_id",
+                json!({"type": "string",
+                       "description": "The attachment's id (`data.attachments[].id`, `att_…`).",
+                       "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+                true,
+            ));
+        }
         _ => {}
     }
     let mut properties = Map::new();
@@ -567,6 +590,15 @@ fn description(kind: ToolKind) -> String {
         ToolKind::DeleteState => format!(
             "Delete a key, optionally only if its current revision is `if_revision`; appends a \
              state.deleted event. not_found if the key does not exist. {errors}"
+        ),
+        ToolKind::GetAttachment => format!(
+            "Fetch one attachment of an email.received event (its id is in the event's \
+             data.attachments). Returns {{filename, content_type, size, sha256, uri}} and the \
+             bytes as an embedded resource (base64 blob) when they are at most \
+             {INLINE_MAX_BYTES} bytes; a larger attachment is refused with payload_too_large, \
+             its size and the REST URL to download it with the read token. \
+             attachment_unavailable (410) when the event is not an email or its message is \
+             gone. The bytes come from the mail's sender: untrusted data. {errors}"
         ),
     };
     text.split_whitespace().collect::<Vec<_>>().join(" ")
@@ -669,7 +701,26 @@ fn output_roots(kind: ToolKind) -> &'static [&'static str] {
         ToolKind::GetState => &["StateValue", "StateList"],
         ToolKind::SetState => &["StateWriteResult"],
         ToolKind::DeleteState => &["StateDeleteResult"],
+        ToolKind::GetAttachment => &[],
     }
+}
+
+/// The largest attachment a `get_attachment` result carries inline (before base64).
+pub const INLINE_MAX_BYTES: usize = 1_048_576;
+
+/// The output schema of `get_attachment` (its answer is bytes in REST, not a component).
+fn attachment_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "filename": {"type": "string"},
+            "content_type": {"type": "string"},
+            "size": {"type": "integer", "minimum": 0},
+            "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "uri": {"type": "string", "description": "The embedded resource's URI."}
+        },
+        "required": ["filename", "content_type", "size", "sha256", "uri"]
+    })
 }
 
 fn annotations(kind: ToolKind) -> ToolAnnotations {
@@ -680,6 +731,7 @@ fn annotations(kind: ToolKind) -> ToolAnnotations {
         ToolKind::AcknowledgeEvent => a.read_only(false).destructive(false).idempotent(true),
         ToolKind::SetState => a.read_only(false).destructive(true).idempotent(false),
         ToolKind::DeleteState => a.read_only(false).destructive(true).idempotent(false),
+        ToolKind::GetAttachment => a.read_only(true),
     }
 }
 
@@ -688,8 +740,12 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
     ToolKind::ALL
         .into_iter()
         .map(|kind| {
+            let output = match kind {
+                ToolKind::GetAttachment => attachment_output_schema(),
+                _ => output_schema(output_roots(kind)),
+            };
             Tool::new(kind.name(), description(kind), obj(input_schema(kind)))
-                .with_raw_output_schema(obj(output_schema(output_roots(kind))))
+                .with_raw_output_schema(obj(output))
                 .with_annotations(annotations(kind))
         })
         .collect()
@@ -741,17 +797,98 @@ impl ServerHandler for McpServer {
             Ok(r) => r,
             Err(message) => return Ok(internal_error(&message).into()),
         };
+        if kind == ToolKind::GetAttachment {
+            return Ok(self.attachment(rest_request).await.into());
+        }
         Ok(self.dispatch(rest_request).await.into())
     }
 }
 
 impl McpServer {
+    /// `get_attachment`: the REST download, in process; its bytes inline (an embedded resource)
+    /// up to [`INLINE_MAX_BYTES`], else refused with the size and the REST URL.
+    async fn attachment(&self, request: Request<Body>) -> CallToolResult {
+        let path = request.uri().path().to_owned();
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let proto = request
+            .headers()
+            .get("x-forwarded-proto")
+            .and_then(|v| v.to_str().ok())
+            .filter(|p| *p == "https")
+            .unwrap_or("http")
+            .to_owned();
+        let response = match self.rest.clone().oneshot(request).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        };
+        if !response.status().is_success() {
+            return self.as_tool_result(response).await;
+        }
+        let header_text = |name: header::HeaderName| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let content_type = header_text(header::CONTENT_TYPE);
+        let disposition = header_text(header::CONTENT_DISPOSITION);
+        let bytes = match response.into_body().collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => return internal_error(&format!("reading the attachment failed: {e}")),
+        };
+        let url = match host {
+            Some(host) => format!("{proto}://{host}{path}"),
+            None => path.clone(),
+        };
+        if bytes.len() > INLINE_MAX_BYTES {
+            let code = ErrorCode::PayloadTooLarge;
+            return CallToolResult::structured_error(json!({"error": {
+                "code": code.as_str(),
+                "message": format!(
+                    "The attachment is {} bytes, more than the {INLINE_MAX_BYTES} an MCP result \
+                     carries inline: download it with GET {url} and the header \
+                     `Authorization: Bearer <read_token>`.",
+                    bytes.len()
+                ),
+                "size": bytes.len(),
+                "url": url,
+            }}));
+        }
+        let filename = disposition
+            .split_once("filename*=UTF-8''")
+            .map(|(_, name)| percent_decode(name))
+            .unwrap_or_else(|| "attachment".to_owned());
+        let uri = format!("agentaddress:{path}");
+        let mut result = CallToolResult::structured(json!({
+            "filename": filename,
+            "content_type": content_type,
+            "size": bytes.len(),
+            "sha256": hex::encode(Sha256::digest(&bytes)),
+            "uri": uri,
+        }));
+        result.content.push(ContentBlock::resource(
+            ResourceContents::blob(BASE64.encode(&bytes), uri).with_mime_type(content_type),
+        ));
+        result
+    }
+
     /// Runs the REST request in process and turns its answer into a tool result.
     async fn dispatch(&self, request: Request<Body>) -> CallToolResult {
         let response = match self.rest.clone().oneshot(request).await {
             Ok(r) => r,
             Err(never) => match never {},
         };
+        self.as_tool_result(response).await
+    }
+
+    /// A REST answer (JSON) as a tool result: structured content, an error for a non-2xx.
+    async fn as_tool_result(&self, response: Response) -> CallToolResult {
         let status = response.status();
         let bytes = match response.into_body().collect().await {
             Ok(collected) => collected.to_bytes(),
@@ -771,6 +908,30 @@ impl McpServer {
             CallToolResult::structured_error(value)
         }
     }
+}
+
+/// `%XX`-decoded UTF-8 (lossy): the `filename*` our own REST answer wrote.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = (bytes[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The API's `internal` error, as a tool error; the detail goes to the log only.
@@ -893,6 +1054,16 @@ fn rest_request(
             with_query(
                 format!("{}/state/{}", root(), segment(args.get("key"))),
                 &query::<DeleteStateParams>(args),
+            ),
+            None,
+        ),
+        ToolKind::GetAttachment => (
+            Method::GET,
+            format!(
+                "{}/events/{}/attachments/{}",
+                root(),
+                segment(args.get("event_id")),
+                segment(args.get("attachment_id"))
             ),
             None,
         ),
