@@ -344,7 +344,11 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
         .filter_map(Result::ok)
         .map(|e| e.file_name())
         .collect();
-    assert_eq!(entries, vec![std::ffi::OsString::from("inner")], "nothing outside the folder");
+    assert_eq!(
+        entries,
+        vec![std::ffi::OsString::from("inner")],
+        "nothing outside the folder"
+    );
 
     // Never overwritten: neither the default name nor --out.
     std::fs::write(&file, b"mine").unwrap_or_else(|e| panic!("{e}"));
@@ -356,14 +360,22 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
     cli.ok(&["attachment", "mail", &event_id, &att, "--out", &out_arg])
         .await;
     assert_eq!(std::fs::read(&out).unwrap_or_default(), bytes);
-    cli.fails(&["attachment", "mail", &event_id, &att, "--out", &out_arg], 6, "file_exists")
-        .await;
+    cli.fails(
+        &["attachment", "mail", &event_id, &att, "--out", &out_arg],
+        6,
+        "file_exists",
+    )
+    .await;
 
     // Errors: an unknown attachment, a malformed id.
     cli.fails(&["attachment", "mail", &event_id, "att_99"], 4, "not_found")
         .await;
-    cli.fails(&["attachment", "mail", &event_id, "bad id"], 2, "invalid_request")
-        .await;
+    cli.fails(
+        &["attachment", "mail", &event_id, "bad id"],
+        2,
+        "invalid_request",
+    )
+    .await;
     let token = cli.token("mail");
     cli.assert_never_printed(&token);
 }

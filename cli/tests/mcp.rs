@@ -140,7 +140,10 @@ async fn mcp_get_attachment() {
     );
     let http = reqwest::Client::new();
     let r = http
-        .post(format!("{base}/api/v1/email/inbound?rcpt={}@inbox.localhost", a.id))
+        .post(format!(
+            "{base}/api/v1/email/inbound?rcpt={}@inbox.localhost",
+            a.id
+        ))
         .bearer_auth(SECRET)
         .body(raw)
         .send()
@@ -156,7 +159,10 @@ async fn mcp_get_attachment() {
     let event = &page.ok("poll")["events"][0];
     assert_eq!(event["type"], "email.received", "{event}");
     let event_id = event["id"].as_str().unwrap_or_default().to_owned();
-    let attachments = event["data"]["attachments"].as_array().cloned().unwrap_or_default();
+    let attachments = event["data"]["attachments"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(attachments.len(), 2, "{event}");
     let id_of = |name: &str| {
         attachments
@@ -166,9 +172,7 @@ async fn mcp_get_attachment() {
             .unwrap_or_else(|| panic!("no attachment {name}"))
             .to_owned()
     };
-    let args = |att: &str| {
-        json!({"address_id": a.id, "read_token": a.token, "event_id": event_id, "attachment_id": att})
-    };
+    let args = |att: &str| json!({"address_id": a.id, "read_token": a.token, "event_id": event_id, "attachment_id": att});
 
     // Small: inline, byte for byte.
     let args_small = match args(&id_of("dot.png")) {
@@ -191,7 +195,9 @@ async fn mcp_get_attachment() {
         .iter()
         .find_map(|c| match c {
             ContentBlock::Resource(r) => match &r.resource {
-                ResourceContents::BlobResourceContents { blob, mime_type, .. } => {
+                ResourceContents::BlobResourceContents {
+                    blob, mime_type, ..
+                } => {
                     assert_eq!(mime_type.as_deref(), Some("image/png"));
                     Some(blob.clone())
                 }

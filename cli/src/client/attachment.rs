@@ -35,7 +35,10 @@ pub struct AttachmentArgs {
 const MAX_BYTES: usize = 100 * 1024 * 1024;
 
 pub async fn attachment(args: AttachmentArgs, secret: &mut Option<String>) -> Result<Value> {
-    for (what, id) in [("event", &args.event_id), ("attachment", &args.attachment_id)] {
+    for (what, id) in [
+        ("event", &args.event_id),
+        ("attachment", &args.attachment_id),
+    ] {
         if !is_valid_id(id) {
             return Err(CliError::new(
                 "invalid_request",
@@ -190,7 +193,10 @@ mod tests {
             disposition_filename("attachment; filename=\"a.txt\"").as_deref(),
             Some("a.txt")
         );
-        assert_eq!(disposition_filename("attachment; filename*=UTF-8''%ZZ"), None);
+        assert_eq!(
+            disposition_filename("attachment; filename*=UTF-8''%ZZ"),
+            None
+        );
         assert_eq!(disposition_filename("attachment"), None);
     }
 }

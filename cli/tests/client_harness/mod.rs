@@ -330,6 +330,7 @@ pub async fn workflow(cli: &mut Cli, task: &str) {
                 home,
                 url,
                 log: Vec::new(),
+                cwd: None,
             };
             let started = std::time::Instant::now();
             let out = c.run(&["poll", &task, "--wait", "20"]).await;

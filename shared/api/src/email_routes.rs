@@ -94,7 +94,7 @@ fn inbound_query(uri: &Uri, max_recipients: u64) -> Result<(Vec<String>, String)
         ("rcpt" = Vec<String>, Query, description = "A recipient (repeat for each)"),
         ("mail_from" = String, Query, description = "The envelope sender (empty or absent: the null sender)"),
     ),
-    request_body(content = String, description = "The raw RFC 822 message", content_type = "message/rfc822"),
+    request_body(content = Vec<u8>, description = "The raw RFC 822 message (any content type is accepted; `message/rfc822` is usual)", content_type = "application/octet-stream"),
     security(("ingest" = [])),
     responses(
         (status = 200, description = "Each recipient's outcome", body = InboundResult),

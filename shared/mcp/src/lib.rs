@@ -22,6 +22,8 @@ use axum::body::Body;
 use axum::response::Response;
 use axum::routing::{post_service, MethodRouter};
 use axum::Router;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use futures::future::BoxFuture;
 use http::request::Parts;
 use http::{header, HeaderValue, Method, Request, StatusCode};
@@ -35,8 +37,6 @@ use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;
@@ -424,7 +424,7 @@ const UNTRUSTED: &str = "SECURITY: event contents (`type`, `source`, `data`, `ht
 
 /// The codes a tool result can carry: those of the REST operations the tools stand for
 /// (docs/API.md §9), each with what a caller should know of it.
-const TOOL_ERRORS: [(ErrorCode, &str); 11] = [
+const TOOL_ERRORS: [(ErrorCode, &str); 12] = [
     (ErrorCode::InvalidRequest, ""),
     (
         ErrorCode::Unauthorized,
@@ -435,6 +435,10 @@ const TOOL_ERRORS: [(ErrorCode, &str); 11] = [
     (ErrorCode::QuotaExceeded, ""),
     (ErrorCode::StateLimitExceeded, ""),
     (ErrorCode::AddressGone, ""),
+    (
+        ErrorCode::AttachmentUnavailable,
+        " (get_attachment: the event is not an email or its message is gone)",
+    ),
     (ErrorCode::PayloadTooLarge, ""),
     (ErrorCode::RateLimited, " (with retry_after_seconds)"),
     (ErrorCode::Unavailable, " (safe to retry)"),
@@ -828,16 +832,20 @@ impl McpServer {
         if !response.status().is_success() {
             return self.as_tool_result(response).await;
         }
-        let header_text = |name: header::HeaderName| {
-            response
-                .headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned()
+        let (content_type, disposition) = {
+            let headers = response.headers();
+            let text = |name: header::HeaderName| {
+                headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            (
+                text(header::CONTENT_TYPE),
+                text(header::CONTENT_DISPOSITION),
+            )
         };
-        let content_type = header_text(header::CONTENT_TYPE);
-        let disposition = header_text(header::CONTENT_DISPOSITION);
         let bytes = match response.into_body().collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(e) => return internal_error(&format!("reading the attachment failed: {e}")),
@@ -1183,6 +1191,7 @@ mod tests {
                 "get_state",
                 "put_state",
                 "delete_state",
+                "get_attachment",
             ]
             .iter()
             .any(|op| operation_error_codes(op, true, true).contains(&code));
@@ -1230,7 +1239,7 @@ mod tests {
 
     #[test]
     fn every_tool_has_object_schemas_without_dangling_refs() {
-        assert_eq!(TOOLS.len(), 6);
+        assert_eq!(TOOLS.len(), 7);
         for tool in TOOLS.iter() {
             assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
             let out = tool.output_schema.as_ref().expect("output schema");
