@@ -25,10 +25,14 @@ fn seed(default: u64) -> u64 {
     }
 }
 
-/// Starts `agentaddress serve --listen LISTEN --db DB` (nothing else: default settings) and
-/// returns it with the base URL from its first stdout line.
+/// The email ingest secret the servers are started with: the checker's mix then sends email
+/// through the raw-MIME webhook door too.
+const INGEST_SECRET: &str = "checker-ingest-secret-0123456789";
+
+/// Starts `agentaddress serve --listen LISTEN --db DB` (default settings, and the email ingest
+/// secret) and returns it with the base URL from its first stdout line.
 async fn spawn(db: &Path, listen: &str) -> (Child, String) {
-    common::spawn_serve(db, listen, &[]).await
+    common::spawn_serve(db, listen, &["--email-ingest-secret", INGEST_SECRET]).await
 }
 
 fn show(report: &Report) {
@@ -59,6 +63,7 @@ fn assert_mix(report: &Report) {
         ("delete_conditional", "200"),
         ("poll", "200"),
         ("ack", "200"),
+        ("email", "200"),
     ] {
         assert!(
             count(report, kind, label) > 0,
@@ -80,6 +85,7 @@ async fn checker_finds_no_anomaly_on_serve_with_default_settings() {
     let ops = 20_000;
     let mut config = Config::new(&base, ops, 16, seed(20_261_130));
     config.verbose = true;
+    config.email_ingest_secret = Some(INGEST_SECRET.into());
     println!("agentaddress-check: seed {}", config.seed);
     let report = check::run(config)
         .await
@@ -133,6 +139,7 @@ async fn checker_finds_no_anomaly_while_serve_is_killed_and_restarted() {
     let ops = 12_000;
     let seed = seed(7_070_707);
     let mut config = Config::new(&base, ops, 12, seed);
+    config.email_ingest_secret = Some(INGEST_SECRET.into());
     config.verbose = true;
     println!("agentaddress-check: seed {seed}");
     let progress = config.progress.clone();

@@ -31,6 +31,14 @@ struct Args {
     /// No progress lines on stderr.
     #[arg(long)]
     quiet: bool,
+    /// The server's email ingest secret: the mix then also sends email through the raw-MIME
+    /// webhook door, and checks each lands once.
+    #[arg(
+        long,
+        env = "AGENTADDRESS_CHECK_EMAIL_INGEST_SECRET",
+        hide_env_values = true
+    )]
+    email_ingest_secret: Option<String>,
 }
 
 #[tokio::main]
@@ -55,6 +63,7 @@ async fn main() -> ExitCode {
     let mut config = Config::new(&args.url, args.ops, usize::from(args.clients), seed);
     config.poll_wait_seconds = args.poll_wait.max(0.0);
     config.verbose = !args.quiet;
+    config.email_ingest_secret = args.email_ingest_secret;
     match check::run(config).await {
         Ok(report) => {
             print!("{}", report.summary());

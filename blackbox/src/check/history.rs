@@ -17,6 +17,20 @@ pub const DELIVERY_TYPE: &str = "check.delivery";
 
 /// The `type` of an event whose body is kept as text (docs/API.md, "Inbox.").
 pub const RAW_TYPE: &str = "http.request";
+/// The type of an email's event (docs/API.md §10).
+pub const EMAIL_TYPE: &str = "email.received";
+/// The sender of the checker's emails.
+pub const EMAIL_SENDER: &str = "checker@agentaddress-check.test";
+
+/// The raw message of the checker's email `marker`.
+pub fn email_message(marker: &str) -> Vec<u8> {
+    format!(
+        "From: agentaddress-check <{EMAIL_SENDER}>\r\nSubject: {marker}\r\n\
+         Message-ID: <{marker}@agentaddress-check.test>\r\nMIME-Version: 1.0\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\r\nemail {marker}\r\n"
+    )
+    .into_bytes()
+}
 
 /// How many bodies [`lossy_body`] knows.
 pub const LOSSY_BODIES: usize = 4;
@@ -80,6 +94,9 @@ pub enum OpKind {
         idempotency_key: String,
         body: String,
     },
+    /// `POST /api/v1/email/inbound?rcpt={email}` (the raw-MIME webhook door) of a message
+    /// whose `Message-ID` and `Subject` carry `marker` (retries send the same bytes).
+    Email { marker: String },
     /// `GET {events_url}?after=..&wait=..&limit=..` by consumer `consumer`.
     Poll {
         consumer: usize,
@@ -120,6 +137,7 @@ impl OpKind {
                 (false, false) => "deliver_plain",
             },
             Self::DeliverRaw { .. } => "deliver_lossy",
+            Self::Email { .. } => "email",
             Self::Poll { .. } => "poll",
             Self::ReadEvent { .. } => "read_event",
             Self::Ack { .. } => "ack",
@@ -134,6 +152,7 @@ impl OpKind {
                 | Self::Delete { .. }
                 | Self::Deliver { .. }
                 | Self::DeliverRaw { .. }
+                | Self::Email { .. }
                 | Self::Ack { .. }
         )
     }

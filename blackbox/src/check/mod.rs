@@ -46,6 +46,9 @@ pub struct Config {
     pub verbose: bool,
     /// Live figures, for a driver that acts while the check runs (the crash test).
     pub progress: Arc<Progress>,
+    /// The server's email ingest secret: with it, the mix also sends email through the
+    /// raw-MIME webhook door (docs/API.md §10), and each must land once in its feed.
+    pub email_ingest_secret: Option<String>,
 }
 
 impl Config {
@@ -59,6 +62,7 @@ impl Config {
             request_timeout: Duration::from_secs(40),
             verbose: false,
             progress: Arc::new(Progress::default()),
+            email_ingest_secret: None,
         }
     }
 }

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::history::{
-    lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, LOSSY_BODIES,
+    email_message, lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, LOSSY_BODIES,
 };
 use super::http::{Recorder, Req};
 use super::Config;
@@ -57,6 +57,7 @@ fn all_keys() -> Vec<String> {
 /// An address as its creator holds it.
 pub(crate) struct Addr {
     pub id: String,
+    email: String,
     token: String,
     inbox: String,
     root: String,
@@ -129,6 +130,7 @@ pub(crate) struct Ctx {
     clients: usize,
     poll_wait: f64,
     verbose: bool,
+    email_secret: Option<String>,
     limits: Mutex<Value>,
     slots: Mutex<Vec<Slot>>,
     grow: tokio::sync::Mutex<()>,
@@ -149,6 +151,7 @@ impl Ctx {
             clients: cfg.clients.max(1),
             poll_wait: cfg.poll_wait_seconds,
             verbose: cfg.verbose,
+            email_secret: cfg.email_ingest_secret.clone(),
             limits: Mutex::new(Value::Null),
             slots: Mutex::new(Vec::new()),
             grow: tokio::sync::Mutex::new(()),
@@ -231,6 +234,7 @@ impl Ctx {
                     let events = s("/endpoints/events_url")?;
                     return Ok(Addr {
                         id: s("/address/id")?,
+                        email: s("/address/email")?,
                         token: s("/credentials/read_token")?,
                         inbox: s("/endpoints/inbox_url")?,
                         root: events.trim_end_matches("/events").to_owned(),
@@ -436,6 +440,60 @@ impl Ctx {
             o = self.deliver(who, a, Some(key), data, false).await;
         }
         o
+    }
+
+    /// One attempt of email `marker` to `a` through the webhook door.
+    async fn email(&self, who: &str, a: usize, marker: &str, secret: &str) -> Outcome {
+        let ad = self.addr(a);
+        let url = format!(
+            "{}/api/v1/email/inbound?rcpt={}",
+            self.base,
+            ad.email.replace('+', "%2B")
+        );
+        let mut req = Req::new(Method::POST, url)
+            .bearer(secret)
+            .header("content-type", "message/rfc822");
+        req.body = Some(email_message(marker));
+        let kind = OpKind::Email {
+            marker: marker.to_owned(),
+        };
+        self.rec
+            .send(who, Phase::Workload, Some(a), kind, req)
+            .await
+    }
+
+    /// An email, resent (the same bytes) while the outcome is unknown, and sometimes again
+    /// after it landed, as a relay that lost the answer would: one event either way.
+    async fn email_delivery(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
+        let Some(secret) = self.email_secret.clone() else {
+            return;
+        };
+        if !self.reserve(a) {
+            return;
+        }
+        let marker = format!("{:x}-{who}-{n}-email", self.seed);
+        let mut o = self.email(who, a, &marker, &secret).await;
+        for _ in 0..80 {
+            if !o.is_ambiguous() {
+                break;
+            }
+            Self::pause(&o).await;
+            o = self.email(who, a, &marker, &secret).await;
+        }
+        let landed = o.is(200)
+            && o.body()["accepted"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty());
+        if !landed {
+            if !o.is_ambiguous() {
+                self.unreserve(a);
+            }
+            return;
+        }
+        if rng.gen_bool(0.3) {
+            let again = self.email(who, a, &marker, &secret).await;
+            Self::pause(&again).await;
+        }
     }
 
     async fn read_event(&self, who: &str, a: usize, id: &str) -> Outcome {
@@ -737,6 +795,8 @@ impl Ctx {
                 self.plain_delivery(&who, a, n).await;
             } else if x < 0.85 {
                 self.lossy_delivery(&who, a, n, &mut rng).await;
+            } else if x < 0.88 && self.email_secret.is_some() {
+                self.email_delivery(&who, a, n, &mut rng).await;
             } else {
                 self.read(&who, a, &mut rng).await;
             }

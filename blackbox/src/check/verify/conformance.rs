@@ -354,6 +354,25 @@ impl Verifier<'_> {
                 id(&body["event"]["id"], "event.id")?;
                 seq(&body["event"]["sequence"], "event.sequence").map(|_| ())
             }
+            // The webhook door (docs/API.md §10): each recipient accepted, or rejected with an
+            // error code, its SMTP reply and whether a resend may succeed.
+            (OpKind::Email { .. }, 200) => {
+                let listed = |field: &str| body[field].as_array().map(Vec::len);
+                match (listed("accepted"), listed("rejected")) {
+                    (Some(a), Some(r)) if a + r == 1 => {}
+                    _ => return Err("one recipient must be either accepted or rejected".into()),
+                }
+                for r in body["rejected"].as_array().into_iter().flatten() {
+                    let known = matches!(
+                        r["code"].as_str(),
+                        Some("quota_exceeded" | "unavailable" | "address_gone")
+                    );
+                    if !known || !r["smtp"].is_string() || !r["temporary"].is_boolean() {
+                        return Err(format!("a rejection the workload cannot cause: {r}"));
+                    }
+                }
+                Ok(())
+            }
             (OpKind::Deliver { other_body, .. }, 422)
                 if *other_body && code == "idempotency_key_reused" =>
             {

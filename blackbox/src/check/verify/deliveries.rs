@@ -7,9 +7,68 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::{excerpt, Verifier};
-use crate::check::history::{OpKind, DELIVERY_TYPE, RAW_TYPE};
+use crate::check::history::{OpKind, DELIVERY_TYPE, EMAIL_SENDER, EMAIL_TYPE, RAW_TYPE};
 
 impl Verifier<'_> {
+    /// Emails through the webhook door: each marker whose attempt was accepted has exactly one
+    /// `email.received` event (resends included), none was refused and still landed, and no
+    /// email event is one we never sent.
+    fn emails(&mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>) {
+        let h = self.h;
+        let addr = Some(a);
+        let mut sent: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for &i in ops {
+            if let OpKind::Email { marker } = &h.ops[i].kind {
+                sent.entry(marker.as_str()).or_default().push(i);
+            }
+        }
+        let mut in_feed: HashMap<&str, Vec<u64>> = HashMap::new();
+        for (&s, &(_, e)) in feed {
+            if e["type"] != EMAIL_TYPE {
+                continue;
+            }
+            let marker = e["data"]["subject"].as_str().unwrap_or_default();
+            if !sent.contains_key(marker) {
+                let d = format!("email event {s} ({marker:?}) was never sent");
+                self.push("phantom_event", addr, None, d);
+                continue;
+            }
+            if e["ingress_surface"] != "email" || e["source"] != EMAIL_SENDER {
+                let d = format!(
+                    "email event {s} is not as sent: {}",
+                    excerpt(&e.to_string())
+                );
+                self.push("malformed_event", addr, None, d);
+            }
+            in_feed.entry(marker).or_default().push(s);
+        }
+        for (marker, attempts) in sent {
+            let events = in_feed.get(marker).map_or(&[][..], |v| v);
+            let accepted: Vec<usize> = attempts
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let o = &h.ops[i].outcome;
+                    o.is(200)
+                        && o.body()["accepted"]
+                            .as_array()
+                            .is_some_and(|v| !v.is_empty())
+                })
+                .collect();
+            let ambiguous = attempts.iter().any(|&i| h.ops[i].outcome.is_ambiguous());
+            if events.len() > 1 {
+                let d = format!("email {marker} produced events {events:?}");
+                self.push("duplicate_event", addr, None, d);
+            } else if events.is_empty() && !accepted.is_empty() {
+                let d = format!("email {marker} was accepted but is not in the feed");
+                self.push("lost_write", addr, Some(accepted[0]), d);
+            } else if !events.is_empty() && accepted.is_empty() && !ambiguous {
+                let d = format!("email {marker} was refused every time but is in the feed");
+                self.push("phantom_event", addr, Some(attempts[0]), d);
+            }
+        }
+    }
+
     /// Bodies that parsing would change: each is one `http.request` event whose data is
     /// `{"content_type": "application/json", "text": <the exact body>}` (docs/API.md,
     /// "Inbox."), answered like any idempotent delivery.
@@ -194,6 +253,7 @@ impl Verifier<'_> {
             }
         }
         self.lossy_deliveries(a, ops, feed);
+        self.emails(a, ops, feed);
         // quota_exceeded is right only when the feed is really full.
         let max = self.h.limits["max_retained_events"]
             .as_u64()

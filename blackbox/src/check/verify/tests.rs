@@ -653,3 +653,84 @@ fn a_lossy_delivery_answered_but_missing_or_misnamed_is_reported() {
     let found = with_lossy(1, misnamed, Some(raw_event(6, exact)));
     assert!(kinds(&found).contains(&"idempotency"), "{found:?}");
 }
+
+fn emailed(seq: u64, marker: &str) -> Value {
+    json!({"id": format!("evt_{seq}"), "sequence": seq, "type": "email.received",
+           "source": crate::check::history::EMAIL_SENDER, "ingress_surface": "email",
+           "received_at": T, "acknowledged_at": null, "data": {"subject": marker}})
+}
+
+fn email_accepted() -> Outcome {
+    Outcome::json(
+        200,
+        json!({"accepted": ["addr_one@inbox.test"], "rejected": []}),
+    )
+}
+
+/// An email history: the consistent one, then email `m1` sent `attempts` times (each answered
+/// by `outcome`), and a feed holding `events` email events of `m1` after it.
+fn with_emails(outcome: &Outcome, attempts: usize, events: &[&str]) -> History {
+    let mut b = consistent();
+    let last = b.h.ops.len();
+    b.h.ops.truncate(last - 4);
+    for _ in 0..attempts {
+        b.w(
+            OpKind::Email {
+                marker: "m1".into(),
+            },
+            outcome.clone(),
+        );
+    }
+    let feed: Vec<Value> = events
+        .iter()
+        .enumerate()
+        .map(|(n, m)| emailed(6 + n as u64, m))
+        .collect();
+    let last_seq = 5 + events.len() as u64;
+    b.poll(0, 5, feed);
+    b.finals(last_seq, &[("counter-0", 2, json!(2))], &["reg-0"]);
+    b.h
+}
+
+#[test]
+fn emails_land_once_or_are_reported() {
+    // Sent twice (a resend), one event: consistent.
+    assert_eq!(
+        verify(&with_emails(&email_accepted(), 2, &["m1"])),
+        Vec::<Anomaly>::new()
+    );
+    // Accepted but missing.
+    assert_reports(&with_emails(&email_accepted(), 1, &[]), "lost_write");
+    // Two events for one message.
+    assert_reports(
+        &with_emails(&email_accepted(), 2, &["m1", "m1"]),
+        "duplicate_event",
+    );
+    // An email nobody sent.
+    assert_reports(
+        &with_emails(&email_accepted(), 1, &["m1", "m9"]),
+        "phantom_event",
+    );
+    // Refused (feed full) yet in the feed.
+    let refused = Outcome::json(
+        200,
+        json!({"accepted": [], "rejected": [{"rcpt": "addr_one@inbox.test", "code": "quota_exceeded",
+                                             "smtp": "452 4.2.2 Mailbox full", "temporary": true}]}),
+    );
+    assert_reports(&with_emails(&refused, 1, &["m1"]), "phantom_event");
+    // An unknown outcome may or may not have landed.
+    let unknown = Outcome::Transport("connection reset by peer".into());
+    assert_eq!(
+        verify(&with_emails(&unknown, 1, &["m1"])),
+        Vec::<Anomaly>::new()
+    );
+    assert_eq!(
+        verify(&with_emails(&unknown, 1, &[])),
+        Vec::<Anomaly>::new()
+    );
+    // An answer outside the door's contract.
+    assert_reports(
+        &with_emails(&Outcome::json(200, json!({"accepted": []})), 1, &[]),
+        "unexpected_response",
+    );
+}
