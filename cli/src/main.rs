@@ -6,6 +6,7 @@
 mod client;
 mod purge;
 mod serve;
+mod smtp;
 mod transport;
 
 use clap::{Parser, Subcommand};
@@ -24,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API on the embedded SQLite store.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Consume the purge queue of the AWS deployment (what the `purge` Lambda does), by
     /// long-polling SQS: for local stacks and for running purges outside Lambda.
     PurgeWorker(purge::PurgeArgs),
@@ -50,7 +51,7 @@ fn runtime() -> Option<tokio::runtime::Runtime> {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::PurgeWorker(args) => purge::run(args),
         Command::Client(command) => client::run(command),
     }

@@ -99,6 +99,9 @@ pub struct ServeArgs {
     page_memory_mib: u64,
 
     #[command(flatten)]
+    smtp: crate::smtp::SmtpArgs,
+
+    #[command(flatten)]
     service: ServiceConfig,
 }
 
@@ -140,6 +143,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let config = ApiConfig::from(&args.service);
     let retention = config.limits.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let smtp = crate::smtp::SmtpServer::bind(
+        &args.smtp,
+        Arc::clone(&store),
+        Arc::clone(&clock),
+        config.limits.clone(),
+        config.email_domain.clone(),
+    )
+    .await?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let state = AppState::new(Arc::clone(&store), config)
         .with_clock(Arc::clone(&clock))
@@ -163,10 +174,22 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         write_timeout: Duration::from_secs(args.write_timeout_seconds),
         max_connections: connection_cap(
             usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            smtp.as_ref()
+                .map_or(0, crate::smtp::SmtpServer::descriptors),
         ),
         max_connections_per_ip: usize::try_from(args.max_connections_per_ip).unwrap_or(usize::MAX),
     };
     println!("agentaddress listening on http://{local}");
+    // The SMTP door, when configured; its line comes second (tests read the first).
+    let smtp = match smtp {
+        Some(server) => {
+            let smtp_local = server.local_addr()?;
+            println!("agentaddress smtp listening on {smtp_local}");
+            tracing::info!(%smtp_local, "receiving email over SMTP");
+            Some(tokio::spawn(server.serve(shutdown_rx.clone())))
+        }
+        None => None,
+    };
     tracing::info!(
         %local,
         db = %args.db.display(),
@@ -218,6 +241,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     .with_graceful_shutdown(shutdown)
     .await
     .map_err(|e| format!("server error: {e}"))?;
+    if let Some(smtp) = smtp {
+        let _ = smtp.await;
+    }
     let _ = sweeper.await;
     tracing::info!("stopped");
     Ok(())
@@ -228,9 +254,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 const SPARE_DESCRIPTORS: usize = transport::MAX_REFUSING + 32;
 
 /// `configured`, lowered so that open connections can never exhaust the descriptor limit
-/// (whose soft value is first raised to the hard one). Call it once the store and the
-/// listener are open: what they hold is counted.
-fn connection_cap(configured: usize) -> usize {
+/// (whose soft value is first raised to the hard one), with `reserved` descriptors left for
+/// the SMTP door. Call it once the store and the listeners are open: what they hold is counted.
+fn connection_cap(configured: usize, reserved: usize) -> usize {
     let soft = match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(limit) => limit,
         Err(e) => {
@@ -241,7 +267,7 @@ fn connection_cap(configured: usize) -> usize {
     let open = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count());
     let room = usize::try_from(soft)
         .unwrap_or(usize::MAX)
-        .saturating_sub(open + SPARE_DESCRIPTORS);
+        .saturating_sub(open + SPARE_DESCRIPTORS + reserved);
     if room < configured {
         tracing::warn!(
             descriptor_limit = soft,

@@ -58,3 +58,26 @@ pub async fn spawn_serve_with(
         .to_owned();
     (child, base, reader)
 }
+
+/// [`spawn_serve`] with the SMTP door on a free port (`--smtp-listen 127.0.0.1:0`): returns the
+/// server, its base URL, the SMTP address from its second stdout line, and the rest of stdout.
+pub async fn spawn_serve_smtp(
+    db: &Path,
+    extra: &[&str],
+) -> (Child, String, String, BufReader<ChildStdout>) {
+    let mut args = vec!["--smtp-listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let (child, base, mut reader) =
+        spawn_serve_with(db, "127.0.0.1:0", &args, "warn", Stdio::inherit()).await;
+    let mut line = String::new();
+    tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
+        .await
+        .unwrap_or_else(|_| panic!("no SMTP line within 30 s"))
+        .unwrap_or_else(|e| panic!("reading the server's stdout: {e}"));
+    let smtp = line
+        .trim_end()
+        .strip_prefix("agentaddress smtp listening on ")
+        .unwrap_or_else(|| panic!("unexpected second line: {line:?}"))
+        .to_owned();
+    (child, base, smtp, reader)
+}

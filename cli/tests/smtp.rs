@@ -1,0 +1,733 @@
+//! The SMTP door of `agentaddress serve` (docs/API.md §10), over real sockets against the real
+//! binary: lettre and Python's smtplib as clients, pipelined commands from a raw socket, every
+//! reply code, a client that vanishes mid-DATA, a retry after a lost `250`, a waiting long poll
+//! woken by a mail, the caps and timeouts, STARTTLS, and shutdown.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::process::Child;
+
+const DOMAIN: &str = "inbox.test";
+
+struct Serve {
+    child: Child,
+    base: String,
+    smtp: String,
+    _stdout: BufReader<tokio::process::ChildStdout>,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(extra: &[&str]) -> Serve {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    serve_in(dir, extra).await
+}
+
+async fn serve_in(dir: tempfile::TempDir, extra: &[&str]) -> Serve {
+    let db = dir.path().join("smtp.db");
+    let mut args = vec!["--email-domain", DOMAIN];
+    args.extend_from_slice(extra);
+    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
+    Serve {
+        child,
+        base,
+        smtp,
+        _stdout: stdout,
+        _dir: dir,
+    }
+}
+
+impl Serve {
+    fn port(&self) -> u16 {
+        self.smtp
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {}", self.smtp))
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = self.child.id().unwrap_or_else(|| panic!("no server pid"));
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("run kill: {e}"));
+        assert!(status.success(), "kill {sig} {pid}");
+    }
+}
+
+#[derive(Clone)]
+struct Address {
+    id: String,
+    email: String,
+    token: String,
+}
+
+async fn create(http: &reqwest::Client, base: &str) -> Address {
+    let r = http
+        .post(format!("{base}/api/v1/addresses"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    assert_eq!(r.status(), 201);
+    let v: Value = r
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("create JSON: {e}"));
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Address {
+        id: text(&v["address"]["id"]),
+        email: text(&v["address"]["email"]),
+        token: text(&v["credentials"]["read_token"]),
+    }
+}
+
+/// The events of `a`'s feed (`wait` seconds of long poll, 0 for none).
+async fn feed(http: &reqwest::Client, base: &str, a: &Address, wait: u64) -> Vec<Value> {
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events?after=0&wait={wait}",
+            a.id
+        ))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET events: {e}"));
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap_or_else(|e| panic!("feed JSON: {e}"));
+    v["events"].as_array().cloned().unwrap_or_default()
+}
+
+fn message(message_id: &str, to: &str, subject: &str) -> String {
+    format!(
+        "From: Ada Lovelace <ada@example.com>\r\n\
+         To: {to}\r\n\
+         Subject: {subject}\r\n\
+         Message-ID: <{message_id}>\r\n\
+         Date: Tue, 01 Dec 2026 10:00:00 +0000\r\n\
+         \r\n\
+         Hello over SMTP.\r\n\
+         .A line that starts with a dot.\r\n"
+    )
+}
+
+/// A raw SMTP client: lines out, replies in.
+struct Raw {
+    r: BufReader<OwnedReadHalf>,
+    w: OwnedWriteHalf,
+}
+
+impl Raw {
+    /// Connects and returns the client with the greeting.
+    async fn connect(addr: &str) -> (Raw, String) {
+        let stream = TcpStream::connect(addr)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        let (r, w) = stream.into_split();
+        let mut raw = Raw {
+            r: BufReader::new(r),
+            w,
+        };
+        let greeting = raw.reply().await;
+        (raw, greeting)
+    }
+
+    async fn send(&mut self, bytes: &str) {
+        self.w
+            .write_all(bytes.as_bytes())
+            .await
+            .unwrap_or_else(|e| panic!("write: {e}"));
+    }
+
+    /// One reply, its lines joined by `\n`; empty when the server closed the connection.
+    async fn reply(&mut self) -> String {
+        let mut all = Vec::new();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(Duration::from_secs(15), self.r.read_line(&mut line))
+                .await
+                .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
+                .unwrap_or_else(|e| panic!("read: {e}"));
+            if n == 0 {
+                return all.join("\n");
+            }
+            let line = line.trim_end().to_owned();
+            let last = line.as_bytes().get(3) != Some(&b'-');
+            all.push(line);
+            if last {
+                return all.join("\n");
+            }
+        }
+    }
+
+    async fn cmd(&mut self, line: &str) -> String {
+        self.send(&format!("{line}\r\n")).await;
+        self.reply().await
+    }
+
+    /// Whether the server has closed the connection (EOF within 5 s).
+    async fn closed(&mut self) -> bool {
+        let mut rest = Vec::new();
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), self.r.read_to_end(&mut rest)).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+fn starts(reply: &str, prefix: &str) {
+    assert!(
+        reply.starts_with(prefix),
+        "expected a reply starting {prefix:?}, got {reply:?}"
+    );
+}
+
+/// A whole transaction on a raw connection: the DATA reply.
+async fn send_raw(smtp: &str, from: &str, rcpts: &[&str], body: &str) -> String {
+    let (mut c, greeting) = Raw::connect(smtp).await;
+    starts(&greeting, "220 ");
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd(&format!("MAIL FROM:<{from}>")).await, "250 2.1.0");
+    for rcpt in rcpts {
+        starts(&c.cmd(&format!("RCPT TO:<{rcpt}>")).await, "250 2.1.5");
+    }
+    starts(&c.cmd("DATA").await, "354");
+    c.send(body).await;
+    let reply = c.cmd(".").await;
+    starts(&c.cmd("QUIT").await, "221");
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lettre_delivers_to_a_waiting_long_poll() {
+    use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    assert!(a.email.ends_with(&format!("@{DOMAIN}")), "{}", a.email);
+
+    // A consumer waits first.
+    let poll = {
+        let (http, base, a) = (http.clone(), s.base.clone(), a.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let events = feed(&http, &base, &a, 20).await;
+            (events, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let email = Message::builder()
+        .from(
+            "Ada Lovelace <ada@example.com>"
+                .parse()
+                .unwrap_or_else(|e| panic!("{e}")),
+        )
+        .to(a.email.parse().unwrap_or_else(|e| panic!("{e}")))
+        .subject("Invoice 42")
+        .message_id(Some("<lettre-1@example.com>".into()))
+        .body("Please pay.\r\n.Dotted line.".to_owned())
+        .unwrap_or_else(|e| panic!("build the message: {e}"));
+    let mailer = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(s.port())
+        .build();
+    let response = mailer
+        .send(email)
+        .await
+        .unwrap_or_else(|e| panic!("lettre send: {e}"));
+    assert!(response.is_positive(), "{response:?}");
+
+    let (events, waited) = poll.await.unwrap_or_else(|e| panic!("poll task: {e}"));
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the mail: {waited:?}"
+    );
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!(e["type"], "email.received");
+    assert_eq!(e["source"], "ada@example.com");
+    let d = &e["data"];
+    assert_eq!(d["subject"], "Invoice 42");
+    assert!(
+        d["message_id"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("lettre-1@example.com"),
+        "{d}"
+    );
+    assert_eq!(d["provider"], "smtp");
+    assert_eq!(d["envelope"]["mail_from"], "ada@example.com");
+    assert_eq!(d["envelope"]["rcpt_to"], json!([a.email]));
+    let text = d["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains(".Dotted line.") && !text.contains("..Dotted"),
+        "dot-unstuffed once: {d}"
+    );
+    assert_eq!(
+        d["auth"],
+        json!({"spf": "none", "dkim": "none", "dmarc": "none"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_smtplib_delivers_with_a_tag() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (local, _) = a.email.split_once('@').unwrap_or_default();
+    let rcpt = format!("{}+Orders@{}", local.to_uppercase(), DOMAIN.to_uppercase());
+    let script = r#"
+import smtplib, sys
+from email.message import EmailMessage
+m = EmailMessage()
+m["From"] = "Grace <grace@example.org>"
+m["To"] = sys.argv[3]
+m["Subject"] = "From Python"
+m["Message-ID"] = "<py-1@example.org>"
+m.set_content("Hello from smtplib.\n")
+with smtplib.SMTP("127.0.0.1", int(sys.argv[1]), local_hostname="py.example", timeout=20) as c:
+    c.ehlo()
+    assert c.has_extn("pipelining") and c.has_extn("size") and c.has_extn("smtputf8"), c.esmtp_features
+    refused = c.send_message(m, from_addr=sys.argv[2], to_addrs=[sys.argv[3]])
+    assert refused == {}, refused
+print("sent")
+"#;
+    let out = tokio::process::Command::new("python3")
+        .args([
+            "-c",
+            script,
+            &s.port().to_string(),
+            "grace@example.org",
+            &rcpt,
+        ])
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run python3: {e}"));
+    assert!(
+        out.status.success(),
+        "python3 smtplib: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let d = &events[0]["data"];
+    assert_eq!(d["subject"], "From Python");
+    assert_eq!(d["tag"], "orders");
+    assert_eq!(d["envelope"]["rcpt_to"], json!([rcpt]));
+    assert_eq!(
+        d["text"].as_str().unwrap_or_default().trim_end(),
+        "Hello from smtplib."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_commands_in_one_write_are_answered_in_order() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let b = create(&http, &s.base).await;
+    let (mut c, greeting) = Raw::connect(&s.smtp).await;
+    starts(&greeting, &format!("220 {DOMAIN} ESMTP"));
+    let ehlo = c.cmd("EHLO client.example").await;
+    for ext in [
+        "250-SIZE 10000000",
+        "250-PIPELINING",
+        "250-8BITMIME",
+        "250-SMTPUTF8",
+        "250-ENHANCEDSTATUSCODES",
+    ] {
+        assert!(ehlo.contains(ext), "{ext} in {ehlo:?}");
+    }
+    assert!(
+        !ehlo.contains("STARTTLS"),
+        "no STARTTLS without a key: {ehlo:?}"
+    );
+    c.send(&format!(
+        "MAIL FROM:<bob@example.com> SIZE=300 BODY=8BITMIME\r\n\
+         RCPT TO:<{}>\r\nRCPT TO:<nobody@{DOMAIN}>\r\nRCPT TO:<{}>\r\nDATA\r\n",
+        a.email, b.email
+    ))
+    .await;
+    starts(&c.reply().await, "250 2.1.0");
+    starts(&c.reply().await, "250 2.1.5");
+    assert_eq!(c.reply().await, "550 5.1.1 No such recipient here");
+    starts(&c.reply().await, "250 2.1.5");
+    starts(&c.reply().await, "354");
+    c.send(&format!(
+        "{}.\r\nNOOP\r\nQUIT\r\n",
+        message("pipe-1@example.com", &a.email, "Pipelined").replace("\r\n.", "\r\n..")
+    ))
+    .await;
+    assert_eq!(c.reply().await, "250 2.0.0 OK");
+    starts(&c.reply().await, "250 2.0.0");
+    starts(&c.reply().await, "221 2.0.0");
+    assert!(c.closed().await);
+    for who in [&a, &b] {
+        let events = feed(&http, &s.base, who, 0).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        let d = &events[0]["data"];
+        assert_eq!(d["subject"], "Pipelined");
+        // Each address sees only its own recipient (Bcc stays private).
+        assert_eq!(d["envelope"]["rcpt_to"], json!([who.email]));
+        let text = d["text"].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with("Hello over SMTP.")
+                && text.contains("\n.A line that starts with a dot.")
+                && !text.contains(".."),
+            "dot-unstuffed: {text:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reply_code() {
+    let s = serve(&[
+        "--max-email-bytes",
+        "4096",
+        "--max-email-recipients",
+        "2",
+        "--smtp-max-errors",
+        "100",
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let gone = create(&http, &s.base).await;
+    let r = http
+        .delete(format!("{}/api/v1/addresses/{}", s.base, gone.id))
+        .bearer_auth(&gone.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE: {e}"));
+    assert_eq!(r.status(), 204);
+
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    // Bad sequence, unknown command, syntax, an over-long line.
+    starts(&c.cmd("MAIL FROM:<x@example.com>").await, "503 5.5.1");
+    assert_eq!(c.cmd("FOO bar").await, "500 5.5.2 Command unrecognized");
+    starts(&c.cmd("EHLO").await, "501 5.5.4");
+    assert_eq!(
+        c.cmd(&format!("NOOP {}", "x".repeat(1100))).await,
+        "500 5.5.6 Line too long"
+    );
+    starts(&c.cmd("EXPN staff").await, "502 5.5.1");
+    starts(&c.cmd("STARTTLS").await, "502 5.5.1");
+    let ehlo = c.cmd("EHLO client.example").await;
+    assert!(ehlo.contains("250-SIZE 4096"), "{ehlo:?}");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "503 5.5.1");
+    starts(&c.cmd("DATA").await, "503 5.5.1");
+    starts(&c.cmd("VRFY someone").await, "252 2.5.2");
+    starts(&c.cmd("HELP").await, "214 2.0.0");
+    starts(&c.cmd("NOOP").await, "250 2.0.0");
+    // SIZE over the limit, unsupported parameters, a malformed path.
+    starts(
+        &c.cmd("MAIL FROM:<x@example.com> SIZE=5000").await,
+        "552 5.3.4",
+    );
+    starts(
+        &c.cmd("MAIL FROM:<x@example.com> RET=HDRS").await,
+        "555 5.5.4",
+    );
+    starts(&c.cmd("MAIL FROM:x@example.com").await, "501 5.5.4");
+    starts(
+        &c.cmd("MAIL FROM:<x@example.com> SIZE=4000").await,
+        "250 2.1.0",
+    );
+    starts(&c.cmd("MAIL FROM:<x@example.com>").await, "503 5.5.1");
+    // No recipient yet: DATA has nobody to deliver to.
+    starts(&c.cmd("DATA").await, "554 5.5.1");
+    // Unknown recipients, another domain, a deleted address.
+    assert_eq!(
+        c.cmd(&format!("RCPT TO:<nobody@{DOMAIN}>")).await,
+        "550 5.1.1 No such recipient here"
+    );
+    starts(
+        &c.cmd("RCPT TO:<someone@elsewhere.example>").await,
+        "550 5.1.1",
+    );
+    starts(
+        &c.cmd(&format!("RCPT TO:<{}>", gone.email)).await,
+        "550 5.1.1",
+    );
+    starts(
+        &c.cmd(&format!("RCPT TO:<{}> NOTIFY=NEVER", a.email)).await,
+        "555 5.5.4",
+    );
+    // Too many recipients.
+    let (local, _) = a.email.split_once('@').unwrap_or_default();
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(
+        &c.cmd(&format!("RCPT TO:<{local}+x@{DOMAIN}>")).await,
+        "250 2.1.5",
+    );
+    assert_eq!(
+        c.cmd(&format!("RCPT TO:<{local}+y@{DOMAIN}>")).await,
+        "452 4.5.3 Too many recipients"
+    );
+    // A message over --max-email-bytes: read to its end, refused.
+    starts(&c.cmd("DATA").await, "354");
+    let big = message("big@example.com", &a.email, "Big") + &"0123456789\r\n".repeat(500);
+    c.send(&big).await;
+    starts(&c.cmd(".").await, "552 5.3.4");
+    // The session goes on: the transaction was reset.
+    starts(&c.cmd("DATA").await, "503 5.5.1");
+    starts(&c.cmd("RSET").await, "250 2.0.0");
+    starts(&c.cmd("QUIT").await, "221 2.0.0");
+    assert!(feed(&http, &s.base, &a, 0).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_feed_is_a_temporary_failure() {
+    let s = serve(&["--max-retained-events", "1"]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let first = message("full-1@example.com", &a.email, "One");
+    assert_eq!(
+        send_raw(&s.smtp, "x@example.com", &[&a.email], &first).await,
+        "250 2.0.0 OK"
+    );
+    let second = message("full-2@example.com", &a.email, "Two");
+    assert_eq!(
+        send_raw(&s.smtp, "x@example.com", &[&a.email], &second).await,
+        "452 4.2.2 Mailbox full, try again later"
+    );
+    assert_eq!(feed(&http, &s.base, &a, 0).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_data_stores_nothing() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd("MAIL FROM:<x@example.com>").await, "250");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&message("cut@example.com", &a.email, "Cut")).await;
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(feed(&http, &s.base, &a, 0).await.is_empty());
+    // The same message sent whole afterwards is delivered.
+    let raw = message("cut@example.com", &a.email, "Cut");
+    assert_eq!(
+        send_raw(&s.smtp, "x@example.com", &[&a.email], &raw).await,
+        "250 2.0.0 OK"
+    );
+    assert_eq!(feed(&http, &s.base, &a, 0).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_250_is_one_event() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let raw = message("retry@example.com", &a.email, "Retry");
+    for _ in 0..2 {
+        assert_eq!(
+            send_raw(&s.smtp, "x@example.com", &[&a.email], &raw).await,
+            "250 2.0.0 OK"
+        );
+    }
+    // Without a Message-ID the bytes are the key: the door adds nothing to them.
+    let bare = format!(
+        "From: x@example.com\r\nTo: {}\r\nSubject: Bare\r\n\r\nNo id.\r\n",
+        a.email
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            send_raw(&s.smtp, "x@example.com", &[&a.email], &bare).await,
+            "250 2.0.0 OK"
+        );
+    }
+    let events = feed(&http, &s.base, &a, 0).await;
+    let subjects: Vec<&Value> = events.iter().map(|e| &e["data"]["subject"]).collect();
+    assert_eq!(subjects, [&json!("Retry"), &json!("Bare")], "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_and_timeouts_close_sessions() {
+    let s = serve(&[
+        "--smtp-max-connections-per-ip",
+        "2",
+        "--smtp-command-timeout-seconds",
+        "2",
+        "--smtp-max-errors",
+        "5",
+    ])
+    .await;
+    // Per-IP cap: the third connection is refused.
+    let (mut one, g1) = Raw::connect(&s.smtp).await;
+    let (mut two, g2) = Raw::connect(&s.smtp).await;
+    starts(&g1, "220 ");
+    starts(&g2, "220 ");
+    let (mut three, g3) = Raw::connect(&s.smtp).await;
+    starts(&g3, "421 4.7.0");
+    assert!(three.closed().await);
+    // Too many errors: the fifth failed command ends the session.
+    two.send("FOO\r\nFOO\r\nFOO\r\nFOO\r\nFOO\r\nNOOP\r\n")
+        .await;
+    for _ in 0..4 {
+        starts(&two.reply().await, "500 5.5.2");
+    }
+    starts(&two.reply().await, "421 4.7.0");
+    assert!(two.closed().await);
+    drop((two, three));
+    // Idle: the command timeout ends the session.
+    let idle = Instant::now();
+    starts(&one.reply().await, "421 4.4.2");
+    assert!(idle.elapsed() < Duration::from_secs(5));
+    assert!(one.closed().await);
+    drop(one);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A line without an end, far over the limit: answered, then closed.
+    let (mut flood, _) = Raw::connect(&s.smtp).await;
+    flood.send(&"x".repeat(100_000)).await;
+    starts(&flood.reply().await, "500 5.5.6");
+    assert!(flood.closed().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_idle_sessions_and_lets_data_finish() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir_path = dir.path().to_owned();
+    let mut s = serve_in(dir, &[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+
+    let (mut idle, _) = Raw::connect(&s.smtp).await;
+    starts(&idle.cmd("EHLO idle.example").await, "250");
+    let (mut busy, _) = Raw::connect(&s.smtp).await;
+    starts(&busy.cmd("EHLO busy.example").await, "250");
+    starts(&busy.cmd("MAIL FROM:<x@example.com>").await, "250");
+    starts(&busy.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+    starts(&busy.cmd("DATA").await, "354");
+    let raw = message("shutdown@example.com", &a.email, "Finished");
+    let (head, tail) = raw.split_at(40);
+    busy.send(head).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    s.signal("-TERM");
+    starts(&idle.reply().await, "421 4.3.2");
+    assert!(idle.closed().await);
+    // The message in progress is finished, answered, and then the session is closed.
+    busy.send(tail).await;
+    assert_eq!(busy.cmd(".").await, "250 2.0.0 OK");
+    starts(&busy.reply().await, "421 4.3.2");
+    let status = tokio::time::timeout(Duration::from_secs(15), s.child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("the server did not exit within 15 s of SIGTERM"))
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(status.success(), "clean exit: {status}");
+    assert!(
+        TcpStream::connect(&s.smtp).await.is_err(),
+        "no longer listening"
+    );
+
+    // The message is in the feed after a restart on the same database.
+    let (_child, base) = common::spawn_serve(
+        &dir_path.join("smtp.db"),
+        "127.0.0.1:0",
+        &["--email-domain", DOMAIN],
+    )
+    .await;
+    let events = feed(&http, &base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["data"]["subject"], "Finished");
+    drop(s);
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1, written as PEM files.
+fn self_signed(dir: &Path) -> (String, String, String) {
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap_or_else(|e| panic!("rcgen: {e}"));
+    let cert_pem = ck.cert.pem();
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    std::fs::write(&cert, &cert_pem).unwrap_or_else(|e| panic!("write cert: {e}"));
+    std::fs::write(&key, ck.signing_key.serialize_pem())
+        .unwrap_or_else(|e| panic!("write key: {e}"));
+    (
+        cert.display().to_string(),
+        key.display().to_string(),
+        cert_pem,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_with_lettre_and_smtplib() {
+    use lettre::transport::smtp::client::{Certificate, CertificateStore, Tls, TlsParameters};
+    use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (cert, key, cert_pem) = self_signed(certs.path());
+    let s = serve(&["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    let ehlo = c.cmd("EHLO client.example").await;
+    assert!(ehlo.contains("250-STARTTLS"), "{ehlo:?}");
+    starts(&c.cmd("STARTTLS now").await, "501 5.5.4");
+    starts(&c.cmd("QUIT").await, "221");
+
+    // lettre, verifying the certificate against it.
+    let tls = TlsParameters::builder("localhost".to_owned())
+        .certificate_store(CertificateStore::None)
+        .add_root_certificate(
+            Certificate::from_pem(cert_pem.as_bytes()).unwrap_or_else(|e| panic!("{e}")),
+        )
+        .build_rustls()
+        .unwrap_or_else(|e| panic!("TLS parameters: {e}"));
+    let mailer = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
+        .port(s.port())
+        .tls(Tls::Required(tls))
+        .build();
+    let email = Message::builder()
+        .from("ada@example.com".parse().unwrap_or_else(|e| panic!("{e}")))
+        .to(a.email.parse().unwrap_or_else(|e| panic!("{e}")))
+        .subject("Over TLS")
+        .body("Encrypted.".to_owned())
+        .unwrap_or_else(|e| panic!("build the message: {e}"));
+    let response = mailer
+        .send(email)
+        .await
+        .unwrap_or_else(|e| panic!("lettre send over STARTTLS: {e}"));
+    assert!(response.is_positive(), "{response:?}");
+
+    // smtplib, verifying too; EHLO again after STARTTLS shows no STARTTLS.
+    let script = r#"
+import smtplib, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+with smtplib.SMTP("localhost", int(sys.argv[1]), local_hostname="py.example", timeout=20) as c:
+    c.starttls(context=ctx)
+    c.ehlo()
+    assert not c.has_extn("starttls"), c.esmtp_features
+    msg = "From: grace@example.org\r\nSubject: Python over TLS\r\nMessage-ID: <py-tls@example.org>\r\n\r\nHi.\r\n"
+    refused = c.sendmail("grace@example.org", [sys.argv[3]], msg)
+    assert refused == {}, refused
+"#;
+    let out = tokio::process::Command::new("python3")
+        .args(["-c", script, &s.port().to_string(), &cert, &a.email])
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run python3: {e}"));
+    assert!(
+        out.status.success(),
+        "python3 smtplib over STARTTLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let events = feed(&http, &s.base, &a, 0).await;
+    let subjects: Vec<&Value> = events.iter().map(|e| &e["data"]["subject"]).collect();
+    assert_eq!(subjects, [&json!("Over TLS"), &json!("Python over TLS")]);
+}
