@@ -11,6 +11,7 @@
 //! | read    | `GET events?after=R&limit=10`                 | range of 10 event keys after R                  |
 //! | delay   | long poll `after=cursor&wait=25` per feed     | watch on the feed's prefix                      |
 //! | idle    | 10,000 long polls held open: HTTP/1.1, a connection each; then HTTP/2, 100 connections | 10,000 watches held open (HTTP/1.1) |
+//! | email   | SMTP (`serve --smtp-listen`): 10 KB messages with a 50 KB attachment from 16 senders; then the delay from `250` to a waiting long poll | — (no mail door) |
 //!
 //! Latencies go to HdrHistograms (microseconds, 3 significant digits). The server's RSS and CPU
 //! come from `/proc/<pid>`. The last line is the summary line `scripts/bench` documents.
@@ -132,6 +133,21 @@ async fn main() -> ExitCode {
         }
         None => ours.idle.rss_mb,
     };
+    if let Some(m) = &ours.email {
+        println!(
+            "email (SMTP, {} senders, 10 KB + a 50 KB attachment): messages_per_s={:.0} \
+             smtp_p50_ms={:.2} smtp_p99_ms={:.2} delay_p50_ms={:.2} delay_p99_ms={:.2} \
+             delay_samples={} serve_cpu_pct={:.0}",
+            args.clients.max(1),
+            m.smtp.per_s,
+            m.smtp.p50_ms,
+            m.smtp.p99_ms,
+            m.delay.p50_ms,
+            m.delay.p99_ms,
+            m.delay.samples,
+            m.smtp.cpu_pct
+        );
+    }
     println!(
         "summary: cas_writes_per_s={:.0} etcd_cas_writes_per_s={:.0} ratio_cas_vs_etcd={:.2} \
          delivery_p50_ms={:.2} delivery_p99_ms={:.2} idle_polls_rss_mb={:.1}",

@@ -87,6 +87,19 @@ fn every_phase_runs_against_both_systems_and_the_summary_line_is_complete() {
                 && l.split_whitespace().any(|w| w == "300")),
         "every HTTP/2 idle poll was held open: {stdout}"
     );
+    // The email phase: SMTP messages accepted, and every delay sample seen by a long poll.
+    let email = regex::Regex::new(
+        r"^email \(SMTP, 4 senders, 10 KB \+ a 50 KB attachment\): messages_per_s=(\d+) smtp_p50_ms=([\d.]+) smtp_p99_ms=([\d.]+) delay_p50_ms=([\d.]+) delay_p99_ms=([\d.]+) delay_samples=(\d+) serve_cpu_pct=(\d+)$",
+    )
+    .expect("regex");
+    let m = stdout
+        .lines()
+        .find_map(|l| email.captures(l))
+        .unwrap_or_else(|| panic!("no email line: {stdout}"));
+    let e = |i: usize| m[i].parse::<f64>().expect("number");
+    assert!(e(1) > 0.0, "messages were accepted: {stdout}");
+    assert!(e(2) <= e(3) && e(4) <= e(5), "p50 ≤ p99: {stdout}");
+    assert!(e(6) >= 20.0, "every delay sample was seen: {stdout}");
     // The summary's idle figure is the HTTP/2 one, and the line before it says so.
     let h2 = stdout
         .lines()

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::json;
 
+use super::email::{email_phase, MailTarget};
 use super::http::Http;
 use super::measure::{
     delay_result, kilobyte, measure_idle, phase, start_in_batches, xorshift, Tally, DELAY_FEEDS,
@@ -20,9 +21,21 @@ use super::{Config, Delay, Figures, Idle, Variant};
 use crate::procstat::rss_mb;
 
 async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Server, String> {
-    let dir = cfg
-        .work_dir
-        .join(format!("agentaddress-{}", v.label().replace(' ', "-")));
+    Ok(start_agentaddress_with(bin, cfg, v, false).await?.0)
+}
+
+/// Starts serve; with `smtp`, its SMTP door too, whose address is returned.
+async fn start_agentaddress_with(
+    bin: &Path,
+    cfg: &Config,
+    v: Variant,
+    smtp: bool,
+) -> Result<(Server, Option<String>), String> {
+    let dir = cfg.work_dir.join(format!(
+        "agentaddress-{}{}",
+        v.label().replace(' ', "-"),
+        if smtp { "-smtp" } else { "" }
+    ));
     fresh_dir(&dir)?;
     let mut cmd = Command::new(bin);
     cmd.arg("serve")
@@ -43,6 +56,9 @@ async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Serv
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file(&dir.join("serve.log"))?);
+    if smtp {
+        cmd.arg("--smtp-listen").arg("127.0.0.1:0");
+    }
     for (k, val) in v.env() {
         cmd.env(k, val);
     }
@@ -52,13 +68,19 @@ async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Serv
     let pid = child.id();
     let stdout = child.stdout.take().ok_or("no stdout")?;
     let (tx, rx) = tokio::sync::oneshot::channel();
-    // Reads the "listening on" line, then keeps draining stdout so the server never blocks.
+    let (smtp_tx, smtp_rx) = tokio::sync::oneshot::channel();
+    // Reads the "listening on" lines, then keeps draining stdout so the server never blocks.
     std::thread::spawn(move || {
         let mut tx = Some(tx);
+        let mut smtp_tx = Some(smtp_tx);
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             if let Some(url) = line.strip_prefix("agentaddress listening on ") {
                 if let Some(tx) = tx.take() {
                     let _ = tx.send(url.trim().to_owned());
+                }
+            } else if let Some(addr) = line.strip_prefix("agentaddress smtp listening on ") {
+                if let Some(tx) = smtp_tx.take() {
+                    let _ = tx.send(addr.trim().to_owned());
                 }
             }
         }
@@ -72,7 +94,17 @@ async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Serv
         .await
         .map_err(|_| "the server did not print its URL within 30 s".to_owned())?
         .map_err(|_| format!("the server exited; see {}", dir.join("serve.log").display()))?;
-    Ok(server)
+    let smtp_addr = if smtp {
+        Some(
+            tokio::time::timeout(Duration::from_secs(30), smtp_rx)
+                .await
+                .map_err(|_| "the server did not print its SMTP address within 30 s".to_owned())?
+                .map_err(|_| "the server printed no SMTP address".to_owned())?,
+        )
+    } else {
+        None
+    };
+    Ok((server, smtp_addr))
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +112,7 @@ struct Address {
     root: String,
     token: String,
     inbox: String,
+    email: String,
 }
 
 async fn create_addresses(http: &Http, base: &str, n: usize) -> Result<Vec<Address>, String> {
@@ -105,6 +138,10 @@ async fn create_addresses(http: &Http, base: &str, n: usize) -> Result<Vec<Addre
                         .unwrap_or_default()
                         .to_owned(),
                     inbox: b["endpoints"]["inbox_url"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    email: b["address"]["email"]
                         .as_str()
                         .unwrap_or_default()
                         .to_owned(),
@@ -258,6 +295,21 @@ pub async fn run_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Fi
         drop(server);
         let fresh = start_agentaddress(bin, cfg, v).await?;
         f.idle_http2 = Some(aa_idle(&fresh, cfg, true).await?);
+        drop(fresh);
+        // email: a fresh server with its SMTP door.
+        let (mail_server, smtp) = start_agentaddress_with(bin, cfg, v, true).await?;
+        let smtp = smtp.ok_or("no SMTP address")?;
+        let addrs = create_addresses(&http, &mail_server.url, c.max(DELAY_FEEDS)).await?;
+        let targets: Vec<MailTarget> = addrs
+            .into_iter()
+            .map(|a| MailTarget {
+                root: a.root,
+                token: a.token,
+                email: a.email,
+            })
+            .collect();
+        f.email =
+            Some(email_phase(cfg, mail_server.pid, &smtp, &http, &targets, &mut f.errors).await?);
     }
     Ok(f)
 }

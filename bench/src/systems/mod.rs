@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod agentaddress;
+mod email;
 mod etcd;
 mod http;
 mod measure;
@@ -86,6 +87,8 @@ pub struct Figures {
     /// The same polls over HTTP/2 (h2c, `HTTP2_CONNECTIONS` connections) on a fresh server:
     /// agentaddress in its default variant only.
     pub idle_http2: Option<Idle>,
+    /// The email phase (agentaddress in its default variant only).
+    pub email: Option<email::EmailFigures>,
     pub peak_rss_mb: f64,
     pub errors: Vec<String>,
 }
