@@ -148,23 +148,7 @@ impl Raw {
 
     /// One reply, its lines joined by `\n`; empty when the server closed the connection.
     async fn reply(&mut self) -> String {
-        let mut all = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(Duration::from_secs(15), self.r.read_line(&mut line))
-                .await
-                .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
-                .unwrap_or_else(|e| panic!("read: {e}"));
-            if n == 0 {
-                return all.join("\n");
-            }
-            let line = line.trim_end().to_owned();
-            let last = line.as_bytes().get(3) != Some(&b'-');
-            all.push(line);
-            if last {
-                return all.join("\n");
-            }
-        }
+        read_reply(&mut self.r).await
     }
 
     async fn cmd(&mut self, line: &str) -> String {
@@ -180,6 +164,39 @@ impl Raw {
             Ok(Ok(_))
         )
     }
+}
+
+/// One reply off `r`, its lines joined by `\n`; empty when the server closed the connection.
+async fn read_reply<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
+    let mut all = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(15), r.read_line(&mut line))
+            .await
+            .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        if n == 0 {
+            return all.join("\n");
+        }
+        let line = line.trim_end().to_owned();
+        let last = line.as_bytes().get(3) != Some(&b'-');
+        all.push(line);
+        if last {
+            return all.join("\n");
+        }
+    }
+}
+
+/// Writes `line` and a CRLF to `w`, then reads the reply off `w`.
+async fn exchange<S: tokio::io::AsyncBufRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    line: &str,
+) -> String {
+    s.write_all(format!("{line}\r\n").as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    s.flush().await.unwrap_or_else(|e| panic!("flush: {e}"));
+    read_reply(s).await
 }
 
 fn starts(reply: &str, prefix: &str) {
@@ -526,6 +543,24 @@ async fn a_client_gone_mid_data_stores_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_message_times_out_and_stores_nothing() {
+    let s = serve(&["--smtp-data-timeout-seconds", "1"]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd("MAIL FROM:<x@example.com>").await, "250");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&message("slow@example.com", &a.email, "Slow")).await;
+    let started = Instant::now();
+    starts(&c.reply().await, "421 4.4.2");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(c.closed().await);
+    assert!(feed(&http, &s.base, &a, 0).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_lost_250_is_one_event() {
     let s = serve(&[]).await;
     let http = reqwest::Client::new();
@@ -730,4 +765,73 @@ with smtplib.SMTP("localhost", int(sys.argv[1]), local_hostname="py.example", ti
     let events = feed(&http, &s.base, &a, 0).await;
     let subjects: Vec<&Value> = events.iter().map(|e| &e["data"]["subject"]).collect();
     assert_eq!(subjects, [&json!("Over TLS"), &json!("Python over TLS")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (cert, key, cert_pem) = self_signed(certs.path());
+    let s = serve(&["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+
+    let tcp = TcpStream::connect(&s.smtp)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut plain = BufReader::new(tcp);
+    starts(&read_reply(&mut plain).await, "220 ");
+    starts(&exchange(&mut plain, "EHLO client.example").await, "250");
+    // A man in the middle appends a command to STARTTLS, in the same segment.
+    starts(
+        &exchange(&mut plain, "STARTTLS\r\nMAIL FROM:<mallory@example.com>").await,
+        "220 2.0.0",
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("root: {e}"));
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap_or_else(|e| panic!("{e}"))
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap_or_else(|e| panic!("{e}"));
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, plain.into_inner())
+        .await
+        .unwrap_or_else(|e| panic!("TLS handshake (the injected bytes must be dropped): {e}"));
+    let mut t = BufReader::new(tls);
+    // The session starts afresh: no EHLO yet, and the injected MAIL is gone.
+    starts(
+        &exchange(&mut t, "RCPT TO:<x@inbox.test>").await,
+        "503 5.5.1",
+    );
+    starts(
+        &exchange(&mut t, "MAIL FROM:<x@example.com>").await,
+        "503 5.5.1",
+    );
+    let ehlo = exchange(&mut t, "EHLO client.example").await;
+    assert!(!ehlo.contains("STARTTLS"), "{ehlo:?}");
+    starts(&exchange(&mut t, "STARTTLS").await, "503 5.5.1");
+    starts(&exchange(&mut t, "MAIL FROM:<x@example.com>").await, "250");
+    starts(
+        &exchange(&mut t, &format!("RCPT TO:<{}>", a.email)).await,
+        "250",
+    );
+    starts(&exchange(&mut t, "DATA").await, "354");
+    let raw = message("tls@example.com", &a.email, "Private");
+    t.write_all(raw.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    assert_eq!(exchange(&mut t, ".").await, "250 2.0.0 OK");
+    starts(&exchange(&mut t, "QUIT").await, "221");
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["data"]["subject"], "Private");
 }
