@@ -561,6 +561,49 @@ async fn a_stalled_message_times_out_and_stores_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_being_received_share_a_memory_budget() {
+    // 1 MiB holds one message of the largest size (1 MiB): one DATA at a time.
+    let s = serve(&[
+        "--max-email-bytes",
+        "1048576",
+        "--smtp-data-memory-mib",
+        "1",
+        "--smtp-command-timeout-seconds",
+        "2",
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (mut c, _) = Raw::connect(&s.smtp).await;
+        starts(&c.cmd("EHLO client.example").await, "250");
+        starts(&c.cmd("MAIL FROM:<x@example.com>").await, "250");
+        starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+        sessions.push(c);
+    }
+    let (first, second) = sessions.split_at_mut(1);
+    let (one, two) = (&mut first[0], &mut second[0]);
+    starts(&one.cmd("DATA").await, "354");
+    let raw = message("budget-1@example.com", &a.email, "First");
+    let (head, tail) = raw.split_at(30);
+    one.send(head).await;
+    // The budget is in use: the second DATA waits up to the command timeout, then 452.
+    assert_eq!(
+        two.cmd("DATA").await,
+        "452 4.3.1 Insufficient system resources, try again later"
+    );
+    one.send(tail).await;
+    assert_eq!(one.cmd(".").await, "250 2.0.0 OK");
+    // Its transaction stands: DATA again, now that the budget is free.
+    starts(&two.cmd("DATA").await, "354");
+    two.send(&message("budget-2@example.com", &a.email, "Second"))
+        .await;
+    assert_eq!(two.cmd(".").await, "250 2.0.0 OK");
+    assert_eq!(feed(&http, &s.base, &a, 0).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_lost_250_is_one_event() {
     let s = serve(&[]).await;
     let http = reqwest::Client::new();

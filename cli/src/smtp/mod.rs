@@ -8,7 +8,8 @@
 //! **Sessions** ([`session`]): a command must arrive within the command timeout (`421 4.4.2`
 //! then close); a message must arrive whole within the DATA timeout; a session ends after too
 //! many failed commands or too many commands (`421 4.7.0`). Command lines are at most 1,000
-//! bytes (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`).
+//! bytes (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`). Messages being
+//! received share a memory budget: past it a `DATA` waits its turn, then gets `452 4.3.1`.
 //!
 //! **Shutdown**: on the shutdown signal the server stops accepting, answers idle sessions
 //! `421 4.3.2` and closes them, and waits up to [`SHUTDOWN_GRACE`] for messages being received
@@ -29,7 +30,7 @@ use agentaddress_core::domain::{Clock, Limits};
 use agentaddress_core::store::Store;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
@@ -92,6 +93,13 @@ pub struct SmtpArgs {
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub smtp_max_errors: u64,
 
+    /// MiB that messages being received and delivered may hold together: as many messages of
+    /// the largest size (--max-email-bytes) as fit, at least one, are received at once; a
+    /// further `DATA` waits for its turn up to the command timeout, then gets `452 4.3.1`.
+    #[arg(long, env = "AGENTADDRESS_SMTP_DATA_MEMORY_MIB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub smtp_data_memory_mib: u64,
+
     /// Commands one SMTP session may send at most (then `421 4.7.0`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_MAX_COMMANDS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -112,6 +120,8 @@ pub struct Shared {
     pub data_timeout: Duration,
     pub max_errors: u64,
     pub max_commands: u64,
+    /// Messages being received or delivered at once (see `--smtp-data-memory-mib`).
+    pub data_slots: Arc<Semaphore>,
 }
 
 /// A bound SMTP listener, ready to [`serve`](SmtpServer::serve).
@@ -141,6 +151,7 @@ impl SmtpServer {
             .await
             .map_err(|e| format!("cannot listen for SMTP on {listen}: {e}"))?;
         let hostname = args.smtp_hostname.clone().unwrap_or_else(|| domain.clone());
+        let limits_max_email_bytes = limits.max_email_bytes;
         if hostname.is_empty() || hostname.len() > 255 || hostname.chars().any(char::is_control) {
             return Err("--smtp-hostname must be 1 to 255 characters".into());
         }
@@ -157,6 +168,10 @@ impl SmtpServer {
                 data_timeout: Duration::from_secs(args.smtp_data_timeout_seconds),
                 max_errors: args.smtp_max_errors,
                 max_commands: args.smtp_max_commands,
+                data_slots: Arc::new(Semaphore::new(data_slots(
+                    args.smtp_data_memory_mib,
+                    limits_max_email_bytes,
+                ))),
             }),
             caps: Arc::new(Caps {
                 max_total: usize::try_from(args.smtp_max_connections).unwrap_or(usize::MAX),
@@ -229,6 +244,14 @@ impl SmtpServer {
             sessions.shutdown().await;
         }
     }
+}
+
+/// How many messages of the largest size fit in `memory_mib` (at least one).
+fn data_slots(memory_mib: u64, max_email_bytes: u64) -> usize {
+    let slots = memory_mib.saturating_mul(1024 * 1024) / max_email_bytes.max(1);
+    usize::try_from(slots)
+        .unwrap_or(usize::MAX)
+        .clamp(1, Semaphore::MAX_PERMITS)
 }
 
 fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
