@@ -405,6 +405,42 @@ async fn pipelined_commands_in_one_write_are_answered_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helo_the_null_sender_and_raw_utf8() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    assert_eq!(c.cmd("HELO old.example").await, format!("250 {DOMAIN}"));
+    starts(
+        &c.cmd("MAIL FROM:<> BODY=8BITMIME SMTPUTF8").await,
+        "250 2.1.0",
+    );
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&format!(
+        "From: Jürgen <jürgen@example.de>\r\nTo: {}\r\nSubject: Grüße 🎉\r\n\
+         Message-ID: <utf8@example.de>\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Transfer-Encoding: 8bit\r\n\r\nÄpfel und Birnen.\r\n",
+        a.email
+    ))
+    .await;
+    assert_eq!(c.cmd(".").await, "250 2.0.0 OK");
+    starts(&c.cmd("QUIT").await, "221");
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let d = &events[0]["data"];
+    assert_eq!(d["subject"], "Grüße 🎉");
+    assert_eq!(d["envelope"]["mail_from"], "");
+    assert!(
+        d["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Äpfel und Birnen."),
+        "{d}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_reply_code() {
     let s = serve(&[
         "--max-email-bytes",
