@@ -914,3 +914,104 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["data"]["subject"], "Private");
 }
+
+/// A DNS server on UDP for `--smtp-dns-resolver`: TXT queries for a name of `records` get its
+/// strings; other queries for a known name get no answer; unknown names NXDOMAIN.
+async fn fake_dns(
+    records: Vec<(&'static str, &'static str)>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind UDP: {e}"));
+    let addr = socket
+        .local_addr()
+        .unwrap_or_else(|e| panic!("UDP address: {e}"))
+        .to_string();
+    let task = tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            if let Some(answer) = dns_answer(&buf[..n], &records) {
+                let _ = socket.send_to(&answer, from).await;
+            }
+        }
+    });
+    (addr, task)
+}
+
+fn dns_answer(q: &[u8], records: &[(&str, &str)]) -> Option<Vec<u8>> {
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*q.get(i)?);
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_lowercase());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    let question = q.get(12..i + 4)?;
+    let name = labels.join(".");
+    let known = records.iter().any(|(n, _)| *n == name);
+    let answers: Vec<&str> = records
+        .iter()
+        .filter(|(n, _)| qtype == 16 && *n == name)
+        .map(|(_, t)| *t)
+        .collect();
+    let mut out = Vec::new();
+    out.extend_from_slice(q.get(..2)?);
+    out.push(0x84 | (q.get(2)? & 0x01)); // QR, AA, RD as asked
+    out.push(if known { 0x80 } else { 0x83 }); // RA; NOERROR or NXDOMAIN
+    out.extend_from_slice(&[0, 1]);
+    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(question);
+    for txt in answers {
+        out.extend_from_slice(&[0xC0, 0x0C, 0, 16, 0, 1, 0, 0, 0, 60]);
+        let len = u8::try_from(txt.len()).ok()?;
+        out.extend_from_slice(&(u16::from(len) + 1).to_be_bytes());
+        out.push(len);
+        out.extend_from_slice(txt.as_bytes());
+    }
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spf_dkim_and_dmarc_verdicts_with_a_configured_resolver() {
+    let (dns, _dns_task) = fake_dns(vec![
+        ("example.com", "v=spf1 ip4:127.0.0.1 -all"),
+        ("_dmarc.example.com", "v=DMARC1; p=reject"),
+        ("other.example", "v=spf1 -all"),
+        ("_dmarc.other.example", "v=DMARC1; p=reject"),
+    ])
+    .await;
+    let s = serve(&["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    // Sent from an IP the sender's domain allows, From aligned: SPF and DMARC pass.
+    let genuine = message("auth-1@example.com", &a.email, "Genuine");
+    assert_eq!(
+        send_raw(&s.smtp, "ada@example.com", &[&a.email], &genuine).await,
+        "250 2.0.0 OK"
+    );
+    // A domain that allows no IP: SPF and DMARC fail (still delivered: the consumer decides).
+    let forged = format!(
+        "From: boss@other.example\r\nTo: {}\r\nSubject: Forged\r\nMessage-ID: <auth-2@other.example>\r\n\r\nPay now.\r\n",
+        a.email
+    );
+    assert_eq!(
+        send_raw(&s.smtp, "boss@other.example", &[&a.email], &forged).await,
+        "250 2.0.0 OK"
+    );
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[0]["data"]["auth"],
+        json!({"spf": "pass", "dkim": "none", "dmarc": "pass"})
+    );
+    assert_eq!(
+        events[1]["data"]["auth"],
+        json!({"spf": "fail", "dkim": "none", "dmarc": "fail"})
+    );
+}

@@ -15,6 +15,7 @@
 //! `421 4.3.2` and closes them, and waits up to [`SHUTDOWN_GRACE`] for messages being received
 //! or delivered to finish (each is answered, then closed with `421 4.3.2`).
 
+mod auth;
 mod command;
 mod line;
 mod session;
@@ -62,6 +63,19 @@ pub struct SmtpArgs {
     /// PEM private key for STARTTLS (with --smtp-tls-cert).
     #[arg(long, env = "AGENTADDRESS_SMTP_TLS_KEY", requires = "smtp_tls_cert")]
     pub smtp_tls_key: Option<PathBuf>,
+
+    /// Evaluate SPF, DKIM and DMARC of each received message (DNS lookups, at most 20 s) into
+    /// its `data.auth`; without it every verdict is `none`. Nothing is refused on them.
+    #[arg(long, env = "AGENTADDRESS_SMTP_CHECK_AUTH")]
+    pub smtp_check_auth: bool,
+
+    /// DNS server (IP:PORT) for --smtp-check-auth (default: the system's, /etc/resolv.conf).
+    #[arg(
+        long,
+        env = "AGENTADDRESS_SMTP_DNS_RESOLVER",
+        requires = "smtp_check_auth"
+    )]
+    pub smtp_dns_resolver: Option<SocketAddr>,
 
     /// Seconds an SMTP client may take to send its next command (then `421 4.4.2`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_COMMAND_TIMEOUT_SECONDS", default_value_t = 60,
@@ -116,6 +130,8 @@ pub struct Shared {
     /// The server's name in its greeting.
     pub hostname: String,
     pub tls: Option<TlsAcceptor>,
+    /// SPF, DKIM and DMARC, when --smtp-check-auth is set.
+    pub auth: Option<auth::Checker>,
     pub command_timeout: Duration,
     pub data_timeout: Duration,
     pub max_errors: u64,
@@ -152,6 +168,14 @@ impl SmtpServer {
             .map_err(|e| format!("cannot listen for SMTP on {listen}: {e}"))?;
         let hostname = args.smtp_hostname.clone().unwrap_or_else(|| domain.clone());
         let limits_max_email_bytes = limits.max_email_bytes;
+        let auth = if args.smtp_check_auth {
+            Some(auth::Checker::new(
+                args.smtp_dns_resolver,
+                hostname.clone(),
+            )?)
+        } else {
+            None
+        };
         if hostname.is_empty() || hostname.len() > 255 || hostname.chars().any(char::is_control) {
             return Err("--smtp-hostname must be 1 to 255 characters".into());
         }
@@ -164,6 +188,7 @@ impl SmtpServer {
                 domain,
                 hostname,
                 tls,
+                auth,
                 command_timeout: Duration::from_secs(args.smtp_command_timeout_seconds),
                 data_timeout: Duration::from_secs(args.smtp_data_timeout_seconds),
                 max_errors: args.smtp_max_errors,

@@ -392,6 +392,15 @@ impl Session {
                 }
             },
         };
+        let auth = match &self.shared.auth {
+            Some(checker) => {
+                let helo = self.helo.as_deref().unwrap_or_default();
+                checker
+                    .check(&raw, self.peer.ip().to_canonical(), helo, &mail_from)
+                    .await
+            }
+            None => AuthResults::default(),
+        };
         let now = self.shared.clock.now();
         let delivery = agentaddress_email::deliver(
             self.shared.store.as_ref(),
@@ -400,7 +409,7 @@ impl Session {
                 mail_from: &mail_from,
                 rcpt_to: &rcpts,
                 provider: Provider::Smtp,
-                auth: AuthResults::default(),
+                auth,
                 email_id_hint: None,
             },
             &self.shared.domain,
