@@ -148,23 +148,7 @@ impl Raw {
 
     /// One reply, its lines joined by `\n`; empty when the server closed the connection.
     async fn reply(&mut self) -> String {
-        let mut all = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(Duration::from_secs(15), self.r.read_line(&mut line))
-                .await
-                .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
-                .unwrap_or_else(|e| panic!("read: {e}"));
-            if n == 0 {
-                return all.join("\n");
-            }
-            let line = line.trim_end().to_owned();
-            let last = line.as_bytes().get(3) != Some(&b'-');
-            all.push(line);
-            if last {
-                return all.join("\n");
-            }
-        }
+        read_reply(&mut self.r).await
     }
 
     async fn cmd(&mut self, line: &str) -> String {
@@ -180,6 +164,39 @@ impl Raw {
             Ok(Ok(_))
         )
     }
+}
+
+/// One reply off `r`, its lines joined by `\n`; empty when the server closed the connection.
+async fn read_reply<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
+    let mut all = Vec::new();
+    loop {
+        let mut line = String::new();
+        let n = tokio::time::timeout(Duration::from_secs(15), r.read_line(&mut line))
+            .await
+            .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
+            .unwrap_or_else(|e| panic!("read: {e}"));
+        if n == 0 {
+            return all.join("\n");
+        }
+        let line = line.trim_end().to_owned();
+        let last = line.as_bytes().get(3) != Some(&b'-');
+        all.push(line);
+        if last {
+            return all.join("\n");
+        }
+    }
+}
+
+/// Writes `line` and a CRLF to `w`, then reads the reply off `w`.
+async fn exchange<S: tokio::io::AsyncBufRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    line: &str,
+) -> String {
+    s.write_all(format!("{line}\r\n").as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    s.flush().await.unwrap_or_else(|e| panic!("flush: {e}"));
+    read_reply(s).await
 }
 
 fn starts(reply: &str, prefix: &str) {
@@ -388,6 +405,42 @@ async fn pipelined_commands_in_one_write_are_answered_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helo_the_null_sender_and_raw_utf8() {
+    let s = serve(&[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    assert_eq!(c.cmd("HELO old.example").await, format!("250 {DOMAIN}"));
+    starts(
+        &c.cmd("MAIL FROM:<> BODY=8BITMIME SMTPUTF8").await,
+        "250 2.1.0",
+    );
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&format!(
+        "From: Jürgen <jürgen@example.de>\r\nTo: {}\r\nSubject: Grüße 🎉\r\n\
+         Message-ID: <utf8@example.de>\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Transfer-Encoding: 8bit\r\n\r\nÄpfel und Birnen.\r\n",
+        a.email
+    ))
+    .await;
+    assert_eq!(c.cmd(".").await, "250 2.0.0 OK");
+    starts(&c.cmd("QUIT").await, "221");
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let d = &events[0]["data"];
+    assert_eq!(d["subject"], "Grüße 🎉");
+    assert_eq!(d["envelope"]["mail_from"], "");
+    assert!(
+        d["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Äpfel und Birnen."),
+        "{d}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_reply_code() {
     let s = serve(&[
         "--max-email-bytes",
@@ -523,6 +576,67 @@ async fn a_client_gone_mid_data_stores_nothing() {
         "250 2.0.0 OK"
     );
     assert_eq!(feed(&http, &s.base, &a, 0).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_message_times_out_and_stores_nothing() {
+    let s = serve(&["--smtp-data-timeout-seconds", "1"]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let (mut c, _) = Raw::connect(&s.smtp).await;
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd("MAIL FROM:<x@example.com>").await, "250");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&message("slow@example.com", &a.email, "Slow")).await;
+    let started = Instant::now();
+    starts(&c.reply().await, "421 4.4.2");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(c.closed().await);
+    assert!(feed(&http, &s.base, &a, 0).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_being_received_share_a_memory_budget() {
+    // 1 MiB holds one message of the largest size (1 MiB): one DATA at a time.
+    let s = serve(&[
+        "--max-email-bytes",
+        "1048576",
+        "--smtp-data-memory-mib",
+        "1",
+        "--smtp-command-timeout-seconds",
+        "2",
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let mut sessions = Vec::new();
+    for _ in 0..2 {
+        let (mut c, _) = Raw::connect(&s.smtp).await;
+        starts(&c.cmd("EHLO client.example").await, "250");
+        starts(&c.cmd("MAIL FROM:<x@example.com>").await, "250");
+        starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250");
+        sessions.push(c);
+    }
+    let (first, second) = sessions.split_at_mut(1);
+    let (one, two) = (&mut first[0], &mut second[0]);
+    starts(&one.cmd("DATA").await, "354");
+    let raw = message("budget-1@example.com", &a.email, "First");
+    let (head, tail) = raw.split_at(30);
+    one.send(head).await;
+    // The budget is in use: the second DATA waits up to the command timeout, then 452.
+    assert_eq!(
+        two.cmd("DATA").await,
+        "452 4.3.1 Insufficient system resources, try again later"
+    );
+    one.send(tail).await;
+    assert_eq!(one.cmd(".").await, "250 2.0.0 OK");
+    // Its transaction stands: DATA again, now that the budget is free.
+    starts(&two.cmd("DATA").await, "354");
+    two.send(&message("budget-2@example.com", &a.email, "Second"))
+        .await;
+    assert_eq!(two.cmd(".").await, "250 2.0.0 OK");
+    assert_eq!(feed(&http, &s.base, &a, 0).await.len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -730,4 +844,174 @@ with smtplib.SMTP("localhost", int(sys.argv[1]), local_hostname="py.example", ti
     let events = feed(&http, &s.base, &a, 0).await;
     let subjects: Vec<&Value> = events.iter().map(|e| &e["data"]["subject"]).collect();
     assert_eq!(subjects, [&json!("Over TLS"), &json!("Python over TLS")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (cert, key, cert_pem) = self_signed(certs.path());
+    let s = serve(&["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+
+    let tcp = TcpStream::connect(&s.smtp)
+        .await
+        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut plain = BufReader::new(tcp);
+    starts(&read_reply(&mut plain).await, "220 ");
+    starts(&exchange(&mut plain, "EHLO client.example").await, "250");
+    // A man in the middle appends a command to STARTTLS, in the same segment.
+    starts(
+        &exchange(&mut plain, "STARTTLS\r\nMAIL FROM:<mallory@example.com>").await,
+        "220 2.0.0",
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("root: {e}"));
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap_or_else(|e| panic!("{e}"))
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("localhost").unwrap_or_else(|e| panic!("{e}"));
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, plain.into_inner())
+        .await
+        .unwrap_or_else(|e| panic!("TLS handshake (the injected bytes must be dropped): {e}"));
+    let mut t = BufReader::new(tls);
+    // The session starts afresh: no EHLO yet, and the injected MAIL is gone.
+    starts(
+        &exchange(&mut t, "RCPT TO:<x@inbox.test>").await,
+        "503 5.5.1",
+    );
+    starts(
+        &exchange(&mut t, "MAIL FROM:<x@example.com>").await,
+        "503 5.5.1",
+    );
+    let ehlo = exchange(&mut t, "EHLO client.example").await;
+    assert!(!ehlo.contains("STARTTLS"), "{ehlo:?}");
+    starts(&exchange(&mut t, "STARTTLS").await, "503 5.5.1");
+    starts(&exchange(&mut t, "MAIL FROM:<x@example.com>").await, "250");
+    starts(
+        &exchange(&mut t, &format!("RCPT TO:<{}>", a.email)).await,
+        "250",
+    );
+    starts(&exchange(&mut t, "DATA").await, "354");
+    let raw = message("tls@example.com", &a.email, "Private");
+    t.write_all(raw.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    assert_eq!(exchange(&mut t, ".").await, "250 2.0.0 OK");
+    starts(&exchange(&mut t, "QUIT").await, "221");
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["data"]["subject"], "Private");
+}
+
+/// A DNS server on UDP for `--smtp-dns-resolver`: TXT queries for a name of `records` get its
+/// strings; other queries for a known name get no answer; unknown names NXDOMAIN.
+async fn fake_dns(
+    records: Vec<(&'static str, &'static str)>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("bind UDP: {e}"));
+    let addr = socket
+        .local_addr()
+        .unwrap_or_else(|e| panic!("UDP address: {e}"))
+        .to_string();
+    let task = tokio::spawn(async move {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            if let Some(answer) = dns_answer(&buf[..n], &records) {
+                let _ = socket.send_to(&answer, from).await;
+            }
+        }
+    });
+    (addr, task)
+}
+
+fn dns_answer(q: &[u8], records: &[(&str, &str)]) -> Option<Vec<u8>> {
+    let mut i = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*q.get(i)?);
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_lowercase());
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
+    let question = q.get(12..i + 4)?;
+    let name = labels.join(".");
+    let known = records.iter().any(|(n, _)| *n == name);
+    let answers: Vec<&str> = records
+        .iter()
+        .filter(|(n, _)| qtype == 16 && *n == name)
+        .map(|(_, t)| *t)
+        .collect();
+    let mut out = Vec::new();
+    out.extend_from_slice(q.get(..2)?);
+    out.push(0x84 | (q.get(2)? & 0x01)); // QR, AA, RD as asked
+    out.push(if known { 0x80 } else { 0x83 }); // RA; NOERROR or NXDOMAIN
+    out.extend_from_slice(&[0, 1]);
+    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(question);
+    for txt in answers {
+        out.extend_from_slice(&[0xC0, 0x0C, 0, 16, 0, 1, 0, 0, 0, 60]);
+        let len = u8::try_from(txt.len()).ok()?;
+        out.extend_from_slice(&(u16::from(len) + 1).to_be_bytes());
+        out.push(len);
+        out.extend_from_slice(txt.as_bytes());
+    }
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spf_dkim_and_dmarc_verdicts_with_a_configured_resolver() {
+    let (dns, _dns_task) = fake_dns(vec![
+        ("example.com", "v=spf1 ip4:127.0.0.1 -all"),
+        ("_dmarc.example.com", "v=DMARC1; p=reject"),
+        ("other.example", "v=spf1 -all"),
+        ("_dmarc.other.example", "v=DMARC1; p=reject"),
+    ])
+    .await;
+    let s = serve(&["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    // Sent from an IP the sender's domain allows, From aligned: SPF and DMARC pass.
+    let genuine = message("auth-1@example.com", &a.email, "Genuine");
+    assert_eq!(
+        send_raw(&s.smtp, "ada@example.com", &[&a.email], &genuine).await,
+        "250 2.0.0 OK"
+    );
+    // A domain that allows no IP: SPF and DMARC fail (still delivered: the consumer decides).
+    let forged = format!(
+        "From: boss@other.example\r\nTo: {}\r\nSubject: Forged\r\nMessage-ID: <auth-2@other.example>\r\n\r\nPay now.\r\n",
+        a.email
+    );
+    assert_eq!(
+        send_raw(&s.smtp, "boss@other.example", &[&a.email], &forged).await,
+        "250 2.0.0 OK"
+    );
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[0]["data"]["auth"],
+        json!({"spf": "pass", "dkim": "none", "dmarc": "pass"})
+    );
+    assert_eq!(
+        events[1]["data"]["auth"],
+        json!({"spf": "fail", "dkim": "none", "dmarc": "fail"})
+    );
 }

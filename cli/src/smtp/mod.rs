@@ -8,12 +8,14 @@
 //! **Sessions** ([`session`]): a command must arrive within the command timeout (`421 4.4.2`
 //! then close); a message must arrive whole within the DATA timeout; a session ends after too
 //! many failed commands or too many commands (`421 4.7.0`). Command lines are at most 1,000
-//! bytes (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`).
+//! bytes (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`). Messages being
+//! received share a memory budget: past it a `DATA` waits its turn, then gets `452 4.3.1`.
 //!
 //! **Shutdown**: on the shutdown signal the server stops accepting, answers idle sessions
 //! `421 4.3.2` and closes them, and waits up to [`SHUTDOWN_GRACE`] for messages being received
 //! or delivered to finish (each is answered, then closed with `421 4.3.2`).
 
+mod auth;
 mod command;
 mod line;
 mod session;
@@ -29,7 +31,7 @@ use agentaddress_core::domain::{Clock, Limits};
 use agentaddress_core::store::Store;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
@@ -62,6 +64,19 @@ pub struct SmtpArgs {
     #[arg(long, env = "AGENTADDRESS_SMTP_TLS_KEY", requires = "smtp_tls_cert")]
     pub smtp_tls_key: Option<PathBuf>,
 
+    /// Evaluate SPF, DKIM and DMARC of each received message (DNS lookups, at most 20 s) into
+    /// its `data.auth`; without it every verdict is `none`. Nothing is refused on them.
+    #[arg(long, env = "AGENTADDRESS_SMTP_CHECK_AUTH")]
+    pub smtp_check_auth: bool,
+
+    /// DNS server (IP:PORT) for --smtp-check-auth (default: the system's, /etc/resolv.conf).
+    #[arg(
+        long,
+        env = "AGENTADDRESS_SMTP_DNS_RESOLVER",
+        requires = "smtp_check_auth"
+    )]
+    pub smtp_dns_resolver: Option<SocketAddr>,
+
     /// Seconds an SMTP client may take to send its next command (then `421 4.4.2`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_COMMAND_TIMEOUT_SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -92,6 +107,13 @@ pub struct SmtpArgs {
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub smtp_max_errors: u64,
 
+    /// MiB that messages being received and delivered may hold together: as many messages of
+    /// the largest size (--max-email-bytes) as fit, at least one, are received at once; a
+    /// further `DATA` waits for its turn up to the command timeout, then gets `452 4.3.1`.
+    #[arg(long, env = "AGENTADDRESS_SMTP_DATA_MEMORY_MIB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub smtp_data_memory_mib: u64,
+
     /// Commands one SMTP session may send at most (then `421 4.7.0`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_MAX_COMMANDS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -108,10 +130,14 @@ pub struct Shared {
     /// The server's name in its greeting.
     pub hostname: String,
     pub tls: Option<TlsAcceptor>,
+    /// SPF, DKIM and DMARC, when --smtp-check-auth is set.
+    pub auth: Option<auth::Checker>,
     pub command_timeout: Duration,
     pub data_timeout: Duration,
     pub max_errors: u64,
     pub max_commands: u64,
+    /// Messages being received or delivered at once (see `--smtp-data-memory-mib`).
+    pub data_slots: Arc<Semaphore>,
 }
 
 /// A bound SMTP listener, ready to [`serve`](SmtpServer::serve).
@@ -141,6 +167,15 @@ impl SmtpServer {
             .await
             .map_err(|e| format!("cannot listen for SMTP on {listen}: {e}"))?;
         let hostname = args.smtp_hostname.clone().unwrap_or_else(|| domain.clone());
+        let limits_max_email_bytes = limits.max_email_bytes;
+        let auth = if args.smtp_check_auth {
+            Some(auth::Checker::new(
+                args.smtp_dns_resolver,
+                hostname.clone(),
+            )?)
+        } else {
+            None
+        };
         if hostname.is_empty() || hostname.len() > 255 || hostname.chars().any(char::is_control) {
             return Err("--smtp-hostname must be 1 to 255 characters".into());
         }
@@ -153,10 +188,15 @@ impl SmtpServer {
                 domain,
                 hostname,
                 tls,
+                auth,
                 command_timeout: Duration::from_secs(args.smtp_command_timeout_seconds),
                 data_timeout: Duration::from_secs(args.smtp_data_timeout_seconds),
                 max_errors: args.smtp_max_errors,
                 max_commands: args.smtp_max_commands,
+                data_slots: Arc::new(Semaphore::new(data_slots(
+                    args.smtp_data_memory_mib,
+                    limits_max_email_bytes,
+                ))),
             }),
             caps: Arc::new(Caps {
                 max_total: usize::try_from(args.smtp_max_connections).unwrap_or(usize::MAX),
@@ -229,6 +269,14 @@ impl SmtpServer {
             sessions.shutdown().await;
         }
     }
+}
+
+/// How many messages of the largest size fit in `memory_mib` (at least one).
+fn data_slots(memory_mib: u64, max_email_bytes: u64) -> usize {
+    let slots = memory_mib.saturating_mul(1024 * 1024) / max_email_bytes.max(1);
+    usize::try_from(slots)
+        .unwrap_or(usize::MAX)
+        .clamp(1, Semaphore::MAX_PERMITS)
 }
 
 fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {

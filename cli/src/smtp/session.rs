@@ -10,6 +10,7 @@
 //! | more recipients than `--max-email-recipients`     | `452 4.5.3`          |
 //! | `SIZE=` or the message over `--max-email-bytes`   | `552 5.3.4`          |
 //! | the address's feed or stored email is full        | `452 4.2.2`          |
+//! | `DATA` while the memory budget stays in use       | `452 4.3.1`          |
 //! | store unavailable                                 | `451 4.3.0`          |
 //! | command out of sequence                           | `503 5.5.1`          |
 //! | `DATA` with no accepted recipient                 | `554 5.5.1`          |
@@ -335,6 +336,20 @@ impl Session {
         if self.rcpts.is_empty() {
             return self.fail(conn, "554 5.5.1 No valid recipients").await;
         }
+        // A place in the memory budget, held until the message is delivered. Without one the
+        // transaction stays as it is: the client may send DATA again, or later.
+        let slots = Arc::clone(&self.shared.data_slots);
+        let Ok(Ok(_slot)) =
+            tokio::time::timeout(self.shared.command_timeout, slots.acquire_owned()).await
+        else {
+            tracing::warn!(peer = %self.peer, "SMTP DATA refused: the memory budget is in use");
+            self.reply(
+                conn,
+                "452 4.3.1 Insufficient system resources, try again later",
+            )
+            .await?;
+            return Ok(Flow::Continue);
+        };
         self.reply(conn, "354 End data with <CR><LF>.<CR><LF>")
             .await?;
         let max = usize::try_from(self.shared.limits.max_email_bytes).unwrap_or(usize::MAX);
@@ -377,6 +392,15 @@ impl Session {
                 }
             },
         };
+        let auth = match &self.shared.auth {
+            Some(checker) => {
+                let helo = self.helo.as_deref().unwrap_or_default();
+                checker
+                    .check(&raw, self.peer.ip().to_canonical(), helo, &mail_from)
+                    .await
+            }
+            None => AuthResults::default(),
+        };
         let now = self.shared.clock.now();
         let delivery = agentaddress_email::deliver(
             self.shared.store.as_ref(),
@@ -385,7 +409,7 @@ impl Session {
                 mail_from: &mail_from,
                 rcpt_to: &rcpts,
                 provider: Provider::Smtp,
-                auth: AuthResults::default(),
+                auth,
                 email_id_hint: None,
             },
             &self.shared.domain,
