@@ -1015,3 +1015,91 @@ async fn spf_dkim_and_dmarc_verdicts_with_a_configured_resolver() {
         json!({"spf": "fail", "dkim": "none", "dmarc": "fail"})
     );
 }
+
+/// A message signed here with an Ed25519 DKIM key whose public half the resolver publishes:
+/// DKIM `pass` (and DMARC `pass` by the aligned signature, though the envelope's SPF fails);
+/// the same message altered after signing: DKIM `fail`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dkim_signatures_verify_against_the_published_key() {
+    use base64::Engine;
+    use mail_auth::common::crypto::Ed25519Key;
+    use mail_auth::common::headers::HeaderWriter;
+    use mail_auth::dkim::DkimSigner;
+
+    let pkcs8 = Ed25519Key::generate_pkcs8().unwrap_or_else(|e| panic!("generate a key: {e}"));
+    let key = Ed25519Key::from_pkcs8_der(&pkcs8).unwrap_or_else(|e| panic!("load the key: {e}"));
+    let public = base64::engine::general_purpose::STANDARD.encode(key.public_key());
+    let record: &'static str =
+        Box::leak(format!("v=DKIM1; k=ed25519; p={public}").into_boxed_str());
+    let (dns, _dns_task) = fake_dns(vec![
+        ("test._domainkey.example.com", record),
+        ("_dmarc.example.com", "v=DMARC1; p=reject"),
+        ("other.example", "v=spf1 -all"),
+    ])
+    .await;
+    let s = serve(&["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let body = format!(
+        "From: Ada <ada@example.com>\r\nTo: {}\r\nSubject: Signed\r\n\
+         Message-ID: <dkim-1@example.com>\r\n\r\nA signed body.\r\n",
+        a.email
+    );
+    let signature = DkimSigner::from_key(key)
+        .domain("example.com")
+        .selector("test")
+        .headers(["From", "To", "Subject", "Message-ID"])
+        .sign(body.as_bytes())
+        .unwrap_or_else(|e| panic!("sign: {e}"));
+    let signed = format!("{}{body}", signature.to_header());
+    // Relayed from a host the envelope domain does not allow: SPF fails, the signature aligns.
+    assert_eq!(
+        send_raw(&s.smtp, "bounce@other.example", &[&a.email], &signed).await,
+        "250 2.0.0 OK"
+    );
+    let altered = signed
+        .replace("A signed body.", "An altered body.")
+        .replace("<dkim-1@", "<dkim-2@");
+    assert_eq!(
+        send_raw(&s.smtp, "bounce@other.example", &[&a.email], &altered).await,
+        "250 2.0.0 OK"
+    );
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[0]["data"]["auth"],
+        json!({"spf": "fail", "dkim": "pass", "dmarc": "pass"})
+    );
+    assert_eq!(
+        events[1]["data"]["auth"],
+        json!({"spf": "fail", "dkim": "fail", "dmarc": "fail"})
+    );
+}
+
+/// `--smtp-messages-per-minute-per-ip`: past it, `MAIL` is answered `450 4.7.1` (with the
+/// seconds to wait) until the one-minute window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_per_minute_per_ip_are_limited() {
+    let s = serve(&["--smtp-messages-per-minute-per-ip", "2"]).await;
+    let (mut c, greeting) = Raw::connect(&s.smtp).await;
+    starts(&greeting, "220 ");
+    starts(&c.cmd("EHLO client.example").await, "250");
+    let mut replies = Vec::new();
+    // Five attempts: even if a minute boundary falls among them, one is over the limit.
+    for _ in 0..5 {
+        let reply = c.cmd("MAIL FROM:<ada@example.com>").await;
+        replies.push(reply.clone());
+        starts(&c.cmd("RSET").await, "250");
+    }
+    assert!(replies[0].starts_with("250 2.1.0"), "{replies:?}");
+    assert!(replies[1].starts_with("250 2.1.0"), "{replies:?}");
+    let refused: Vec<&String> = replies
+        .iter()
+        .filter(|r| r.starts_with("450 4.7.1"))
+        .collect();
+    assert!(!refused.is_empty(), "{replies:?}");
+    assert!(
+        refused.iter().all(|r| r.contains("try again in")),
+        "{replies:?}"
+    );
+}

@@ -60,7 +60,8 @@ async fn start_agentaddress_with(
         // Every sender connects from 127.0.0.1, several connections each (lettre's pool).
         cmd.arg("--smtp-listen")
             .arg("127.0.0.1:0")
-            .env("AGENTADDRESS_SMTP_MAX_CONNECTIONS_PER_IP", "0");
+            .env("AGENTADDRESS_SMTP_MAX_CONNECTIONS_PER_IP", "0")
+            .env("AGENTADDRESS_SMTP_MESSAGES_PER_MINUTE_PER_IP", "0");
     }
     for (k, val) in v.env() {
         cmd.env(k, val);

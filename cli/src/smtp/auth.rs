@@ -114,13 +114,16 @@ fn spf_verdict(result: SpfResult) -> AuthVerdict {
     }
 }
 
-/// `pass` when a signature passes, else the first signature's verdict (`none`: unsigned).
+/// `pass` when a signature passes, else the first signature's verdict (`none`: unsigned). A
+/// body that no longer matches its signature's hash is `fail` (RFC 6376 §6.1.3: the signature
+/// did not verify; RFC 8601 §2.7.1), where mail-auth reports it as neutral.
 fn dkim_verdict(outputs: &[DkimOutput<'_>]) -> AuthVerdict {
     if outputs.iter().any(|o| o.result() == &DkimResult::Pass) {
         return AuthVerdict::Pass;
     }
     match outputs.first().map(DkimOutput::result) {
         None | Some(DkimResult::None) | Some(DkimResult::Pass) => AuthVerdict::None,
+        Some(DkimResult::Neutral(mail_auth::Error::FailedBodyHashMatch)) => AuthVerdict::Fail,
         Some(DkimResult::Neutral(_)) => AuthVerdict::Neutral,
         Some(DkimResult::Fail(_)) => AuthVerdict::Fail,
         Some(DkimResult::PermError(_)) => AuthVerdict::Permerror,

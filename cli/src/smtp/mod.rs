@@ -114,6 +114,15 @@ pub struct SmtpArgs {
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub smtp_data_memory_mib: u64,
 
+    /// Messages (`MAIL FROM` commands) one client IP may start per minute; past it `MAIL` is
+    /// answered `450 4.7.1` until the minute ends (0: no limit).
+    #[arg(
+        long,
+        env = "AGENTADDRESS_SMTP_MESSAGES_PER_MINUTE_PER_IP",
+        default_value_t = 600
+    )]
+    pub smtp_messages_per_minute_per_ip: u64,
+
     /// Commands one SMTP session may send at most (then `421 4.7.0`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_MAX_COMMANDS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -136,6 +145,8 @@ pub struct Shared {
     pub data_timeout: Duration,
     pub max_errors: u64,
     pub max_commands: u64,
+    /// `MAIL FROM`s per client IP per minute (`None`: no limit).
+    pub messages_per_minute_per_ip: Option<u64>,
     /// Messages being received or delivered at once (see `--smtp-data-memory-mib`).
     pub data_slots: Arc<Semaphore>,
 }
@@ -193,6 +204,8 @@ impl SmtpServer {
                 data_timeout: Duration::from_secs(args.smtp_data_timeout_seconds),
                 max_errors: args.smtp_max_errors,
                 max_commands: args.smtp_max_commands,
+                messages_per_minute_per_ip: Some(args.smtp_messages_per_minute_per_ip)
+                    .filter(|n| *n > 0),
                 data_slots: Arc::new(Semaphore::new(data_slots(
                     args.smtp_data_memory_mib,
                     limits_max_email_bytes,

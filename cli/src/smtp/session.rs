@@ -11,6 +11,7 @@
 //! | `SIZE=` or the message over `--max-email-bytes`   | `552 5.3.4`          |
 //! | the address's feed or stored email is full        | `452 4.2.2`          |
 //! | `DATA` while the memory budget stays in use       | `452 4.3.1`          |
+//! | `MAIL` past the client IP's messages per minute   | `450 4.7.1`          |
 //! | store unavailable                                 | `451 4.3.0`          |
 //! | command out of sequence                           | `503 5.5.1`          |
 //! | `DATA` with no accepted recipient                 | `554 5.5.1`          |
@@ -285,6 +286,19 @@ impl Session {
                     "552 5.3.4 Message size exceeds fixed maximum message size",
                 )
                 .await;
+        }
+        if let Some(limit) = self.shared.messages_per_minute_per_ip {
+            // The store's fixed one-minute windows, as for address creations over HTTP. A store
+            // that cannot count does not stop mail.
+            let scope = format!("smtp-ip:{}", self.peer.ip());
+            let now = self.shared.clock.now();
+            if let Ok(Some(seconds)) = self.shared.store.hit_rate_limit(&scope, limit, now).await {
+                tracing::info!(peer = %self.peer, "SMTP client over its messages per minute");
+                let reply = format!(
+                    "450 4.7.1 Too many messages from your address; try again in {seconds} s"
+                );
+                return self.fail(conn, &reply).await;
+            }
         }
         self.mail_from = Some(mail.address);
         self.reply(conn, "250 2.1.0 OK").await?;
