@@ -29,6 +29,11 @@
 //! resolved, the message parsed once, and each address's event committed with the raw message
 //! by the store ([`agentaddress_core::store::Store::append_email`]).
 //!
+//! [`ses`] holds the SES door's pure parts: SES's SPF/DKIM/DMARC verdicts ([`ses_auth`]) and
+//! the envelope ([`ses_envelope`]) of a message SES stored in S3, the S3 event notification
+//! that announces it ([`s3_notification`]), and SES's message id from the object key
+//! ([`ses_message_id`]).
+//!
 //! Everything here is hostile input. A message is refused permanently ([`Refusal`], each with
 //! its SMTP reply) when it is over the raw size limit (default 10 MB) or too complex; the
 //! bounds ([`EmailLimits`]) are checked by a linear pre-scan before the MIME parser sees the
@@ -42,6 +47,7 @@ mod limits;
 mod message;
 mod recipient;
 mod refusal;
+pub mod ses;
 mod truncate;
 
 pub use attachment::{attachment, sanitize_filename, Attachment};
@@ -56,3 +62,6 @@ pub use message::{
 };
 pub use recipient::{parse_recipient, Recipient};
 pub use refusal::{Refusal, SmtpReply};
+pub use ses::{
+    s3_notification, ses_auth, ses_envelope, ses_message_id, S3Notification, S3Object, SesError,
+};
