@@ -101,3 +101,112 @@ pub async fn purge_batch(store: &DynamoStore, batch: SqsEvent) -> SqsBatchRespon
     }
     response
 }
+
+/// The email queue consumer (docs/API.md §10, "On AWS"): each message is S3's notification of
+/// an object SES wrote under `inbound/`; S3's test event is ignored. Failures are reported per
+/// message, so only those come back (and are dead-lettered after five receives).
+pub async fn run_email() -> Result<(), Error> {
+    init_tracing();
+    let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
+    let store = Arc::new(store(&service).await?);
+    if store.email_bucket().is_none() {
+        return Err("configuration: AGENTADDRESS_EMAIL_BUCKET is not set".into());
+    }
+    let config = Arc::new(ApiConfig::from(&service));
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: LambdaEvent<SqsEvent>| {
+            let (store, config) = (Arc::clone(&store), Arc::clone(&config));
+            async move { Ok::<_, Error>(email_batch(&store, &config, event.payload).await) }
+        },
+    ))
+    .await
+}
+
+/// Handles one SQS batch of the email queue.
+pub async fn email_batch(
+    store: &DynamoStore,
+    config: &ApiConfig,
+    batch: SqsEvent,
+) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for record in batch.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or("");
+        if let Err(e) = email_message(store, config, body, SystemClock.now()).await {
+            tracing::warn!(message_id = %id, error = %e, "email not delivered; the message will be retried");
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
+/// One notification: every object it names is delivered (or refused for good) before it is
+/// done. Delivering is idempotent on SES's message id, so a notification seen again (a
+/// redelivery, the function dying before the queue heard of its success) appends nothing new.
+pub async fn email_message(
+    store: &DynamoStore,
+    config: &ApiConfig,
+    body: &str,
+    now: agentaddress_core::domain::Millis,
+) -> Result<(), String> {
+    use agentaddress_dynamodb::bucket::INBOUND_PREFIX;
+    use agentaddress_email::{ProviderOutcome, S3Notification};
+    let bucket = store.email_bucket().ok_or("no email bucket configured")?;
+    let objects = match agentaddress_email::s3_notification(body).map_err(|e| e.to_string())? {
+        S3Notification::Test => {
+            tracing::info!("S3's test event: nothing to do");
+            return Ok(());
+        }
+        S3Notification::Objects(objects) => objects,
+    };
+    for object in objects {
+        if object.bucket != bucket.name() {
+            tracing::warn!(bucket = %object.bucket, key = %object.key, "an object of another bucket: ignored");
+            continue;
+        }
+        let Some(email_id) = agentaddress_email::ses_message_id(&object.key, INBOUND_PREFIX) else {
+            tracing::warn!(key = %object.key, "not a message SES wrote (inbound/{{id}}): ignored");
+            continue;
+        };
+        let raw = match bucket
+            .get(&object.key, agentaddress_dynamodb::MAX_OBJECT_BYTES)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Some(raw) => raw,
+            None => {
+                // Delivered and removed by an earlier receipt of this notification.
+                tracing::info!(key = %object.key, "object already delivered");
+                continue;
+            }
+        };
+        let outcome = agentaddress_email::deliver_ses(
+            store,
+            &raw,
+            email_id,
+            &config.email_domain,
+            &config.limits,
+            now,
+            None,
+        )
+        .await;
+        match outcome {
+            ProviderOutcome::Settled(delivery) => {
+                for a in &delivery.accepted {
+                    tracing::info!(email_id, address_id = %a.address_id, event_id = %a.event.id, duplicate = a.duplicate, "email delivered");
+                }
+                for r in &delivery.rejected {
+                    tracing::info!(email_id, rcpt = %r.rcpt, rejection = %r.rejection, "recipient refused for good");
+                }
+                if let Err(e) = bucket.delete(&object.key).await {
+                    tracing::warn!(key = %object.key, error = %e, "could not remove a delivered message; the lifecycle rule will");
+                }
+            }
+            ProviderOutcome::Retry(_, why) => return Err(format!("{email_id}: {why}")),
+            ProviderOutcome::Poison(why) => return Err(format!("{email_id}: {why}")),
+        }
+    }
+    Ok(())
+}

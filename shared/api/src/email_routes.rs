@@ -320,25 +320,92 @@ pub async fn replay_email(
     require_json_content_type(&headers)?;
     let bytes = read_body(&headers, body, 4096, "request body").await?;
     let request = json_body::<ReplayEmailRequest>(&bytes)?;
-    // The embedded store commits a message and its event together, so a stored message always
-    // has its event: replaying answers it. (Where a message can be stored before its event is
-    // appended, the event would be appended here: 201.)
+    // A stored message always has its event (they commit together): replaying answers it.
     match state
         .store
         .email_by_id(&address_id, &request.email_id, now)
         .await
     {
-        Ok(stored) => Ok(json_response(
-            StatusCode::OK,
-            &ReplayResult {
-                duplicate: true,
-                event: stored.event.into(),
-            },
-        )),
-        Err(crate::store::StoreError::NotFound) => Err(ApiError::not_found(
-            "No stored message with this email_id for this address.",
-        )),
-        Err(e) => Err(e.into()),
+        Ok(stored) => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &ReplayResult {
+                    duplicate: true,
+                    event: stored.event.into(),
+                },
+            ))
+        }
+        Err(crate::store::StoreError::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // A message the provider holds undelivered (on AWS: what SES wrote, e.g. a notification
+    // that went to the dead-letter queue) is delivered now, to this address only.
+    let not_found =
+        || ApiError::not_found("No stored message with this email_id for this address.");
+    let Some(raw) = state.store.pending_email(&request.email_id).await? else {
+        return Err(not_found());
+    };
+    let address = state
+        .store
+        .get_address(&address_id, now)
+        .await?
+        .ok_or_else(not_found)?;
+    let limits = &state.config.limits;
+    match agentaddress_email::deliver_ses(
+        state.store.as_ref(),
+        &raw,
+        &request.email_id,
+        &state.config.email_domain,
+        limits,
+        now,
+        Some(&address.email),
+    )
+    .await
+    {
+        agentaddress_email::ProviderOutcome::Settled(delivery)
+        | agentaddress_email::ProviderOutcome::Retry(delivery, _)
+            if !delivery.accepted.is_empty() =>
+        {
+            let accepted = &delivery.accepted[0];
+            Ok(json_response(
+                if accepted.duplicate {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                },
+                &ReplayResult {
+                    duplicate: accepted.duplicate,
+                    event: accepted.event.clone().into(),
+                },
+            ))
+        }
+        agentaddress_email::ProviderOutcome::Settled(_) => Err(not_found()),
+        agentaddress_email::ProviderOutcome::Retry(delivery, _) => {
+            match delivery.rejected.first().map(|r| &r.rejection) {
+                Some(r) => Err(rejection_error(r)),
+                None => Err(not_found()),
+            }
+        }
+        agentaddress_email::ProviderOutcome::Poison(why)
+            if why.starts_with("the message names") =>
+        {
+            Err(not_found())
+        }
+        agentaddress_email::ProviderOutcome::Poison(why) => Err(ApiError::invalid(format!(
+            "The stored message is refused: {why}"
+        ))),
+    }
+}
+
+/// The API error of a temporary rejection at replay.
+fn rejection_error(r: &agentaddress_email::Rejection) -> ApiError {
+    use agentaddress_email::Rejection;
+    match r {
+        Rejection::FeedFull => ApiError::QuotaExceeded,
+        Rejection::StorageFull => ApiError::EmailStorageFull,
+        Rejection::AddressGone => ApiError::AddressGone,
+        Rejection::Unavailable => ApiError::Unavailable("the store is unavailable".into()),
+        other => ApiError::Internal(format!("replay: {other}")),
     }
 }
 

@@ -36,8 +36,7 @@ pub enum RouteGroup {
     Mcp,
     /// `POST /api/v1/email/inbound`, `GET {root}/events/{event_id}/attachments/{id}`,
     /// `GET {root}/events/{event_id}/raw`, `POST {root}/email/replay` (docs/API.md §10–§11).
-    /// `agentaddress serve` only for now: no Lambda function serves it yet, and on Lambda the
-    /// `service` catch-all answers these routes 501 `not_supported`.
+    /// Its own function (`email-api`), so that only it links the MIME parser.
     Email,
 }
 
@@ -65,7 +64,7 @@ impl RouteGroup {
     ];
 
     /// The groups a Lambda function serves (`template.yaml` has one function for each).
-    pub const LAMBDA: [RouteGroup; 7] = [
+    pub const LAMBDA: [RouteGroup; 8] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -73,6 +72,7 @@ impl RouteGroup {
         RouteGroup::State,
         RouteGroup::Service,
         RouteGroup::Mcp,
+        RouteGroup::Email,
     ];
 
     /// Whether a Lambda function serves this group (else only `agentaddress serve` does).

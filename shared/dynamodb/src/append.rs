@@ -5,8 +5,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{
-    CancellationReason, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem, Update,
+    AttributeValue, CancellationReason, Delete, Put, ReturnConsumedCapacity,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 
 use crate::capacity::Tally;
@@ -97,6 +97,44 @@ pub fn applied_by_us(
     holds_ours(event, "id") || idem.is_some_and(|i| holds_ours(i, "event_id"))
 }
 
+/// The record that makes an append idempotent, written in its transaction on the condition that
+/// no live one exists: a delivery's Idempotency-Key (`I#{sha256(key)}`) or an email's `email_id`
+/// (`M#{email_id}`, docs/API.md §10). When it exists, the transaction is cancelled and its event
+/// is the answer ([`Cancelled::Idempotent`]).
+pub(crate) struct Claim {
+    /// Its sort key.
+    sk: String,
+    /// Its attributes besides keys, `seq`, `event_id`, `expires_at` and `ttl`.
+    attrs: Vec<(&'static str, AttributeValue)>,
+    /// Attributes the event item gets besides its own.
+    event_attrs: Vec<(&'static str, AttributeValue)>,
+}
+
+impl Claim {
+    /// A delivery's Idempotency-Key.
+    pub(crate) fn delivery(claim: &IdempotencyClaim) -> Self {
+        Self {
+            sk: format!("I#{}", claim.key_hash),
+            attrs: vec![("body_hash", s(&claim.body_hash))],
+            event_attrs: Vec::new(),
+        }
+    }
+
+    /// An email's `email_id`, with the object holding its raw message and that message's size;
+    /// the event item records both too.
+    pub(crate) fn email(email_id: &str, raw_key: &str, raw_size: u64) -> Self {
+        Self {
+            sk: email_sk(email_id),
+            attrs: vec![
+                ("email_id", s(email_id)),
+                ("raw_key", s(raw_key)),
+                ("raw_size", n(raw_size)),
+            ],
+            event_attrs: vec![("email_id", s(email_id)), ("raw_key", s(raw_key))],
+        }
+    }
+}
+
 /// The state change that rides along with an appended event.
 pub(crate) enum StateChange {
     Put {
@@ -157,7 +195,7 @@ impl DynamoStore {
         &self,
         address: &AddressRecord,
         event: &NewEvent,
-        claim: Option<&IdempotencyClaim>,
+        claim: Option<&Claim>,
         state: Option<&StateChange>,
         limits: &Limits,
         now: Millis,
@@ -223,6 +261,9 @@ impl DynamoStore {
         ev.insert("chunks".into(), n(parts.len() - 1));
         if let Some(h) = &event.http {
             ev.insert("http".into(), s(h));
+        }
+        for (name, value) in claim.map(|c| c.event_attrs.as_slice()).unwrap_or_default() {
+            ev.insert((*name).into(), value.clone());
         }
         items.push(put(
             &self.table,
@@ -295,10 +336,12 @@ impl DynamoStore {
         let mut idem_index = None;
         if let Some(claim) = claim {
             idem_index = Some(items.len());
-            let mut item = key(pk(id), format!("I#{}", claim.key_hash));
+            let mut item = key(pk(id), claim.sk.clone());
             item.insert("seq".into(), n(seq));
             item.insert("event_id".into(), s(&event_id));
-            item.insert("body_hash".into(), s(&claim.body_hash));
+            for (name, value) in &claim.attrs {
+                item.insert((*name).into(), value.clone());
+            }
             item.insert("expires_at".into(), n(expires_at));
             item.insert("ttl".into(), n(ttl_secs(expires_at)));
             items.push(put(

@@ -1,8 +1,8 @@
-//! The deployment's configuration: which table, which purge queue.
+//! The deployment's configuration: which table, which purge queue, which email bucket.
 
 use aws_config::SdkConfig;
 
-use crate::{DynamoStore, PurgeQueue};
+use crate::{DynamoStore, EmailBucket, PurgeQueue};
 
 /// Where the DynamoDB deployment keeps its data.
 #[derive(Debug, Clone, clap::Args)]
@@ -14,6 +14,11 @@ pub struct AwsConfig {
     /// The SQS queue that purges deleted addresses (DELETE sends to it).
     #[arg(long, env = "AGENTADDRESS_PURGE_QUEUE_URL")]
     pub purge_queue_url: Option<String>,
+
+    /// The S3 bucket of inbound email (SES writes `inbound/`, the store keeps `mail/`). Without
+    /// it the email routes answer 501 `not_supported`.
+    #[arg(long, env = "AGENTADDRESS_EMAIL_BUCKET")]
+    pub email_bucket: Option<String>,
 }
 
 #[derive(clap::Parser)]
@@ -40,7 +45,10 @@ impl AwsConfig {
     /// [`AwsConfig::store`], with SDK clients of `sdk` (a Lambda function passes
     /// [`lambda_sdk_config`]).
     pub fn store_with(&self, sdk: &SdkConfig, tombstone_seconds: u64) -> DynamoStore {
-        let store = DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds);
+        let mut store = DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds);
+        if let Some(bucket) = self.email_bucket.as_deref().filter(|b| !b.is_empty()) {
+            store = store.with_email_bucket(EmailBucket::new(sdk, bucket));
+        }
         match &self.purge_queue_url {
             Some(url) => store.with_purge_queue(PurgeQueue {
                 client: aws_sdk_sqs::Client::new(sdk),

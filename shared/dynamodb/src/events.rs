@@ -3,7 +3,7 @@
 
 use aws_sdk_dynamodb::types::{ReturnConsumedCapacity, ReturnValue};
 
-use crate::append::Cancelled;
+use crate::append::{Cancelled, Claim};
 use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
@@ -73,7 +73,8 @@ impl DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
-        let (event, claim) = (&event, claim.as_ref());
+        let record = claim.as_ref().map(Claim::delivery);
+        let (event, claim, record) = (&event, claim.as_ref(), record.as_ref());
         with_append_retries(|| async move {
             let address = self.live(id, now).await?;
             if !self
@@ -88,7 +89,7 @@ impl DynamoStore {
                 return Err(StoreError::QuotaExceeded);
             }
             match self
-                .append_tx(&address, event, claim, None, limits, now)
+                .append_tx(&address, event, record, None, limits, now)
                 .await?
             {
                 Ok(event) => Ok(Some(Appended {

@@ -23,6 +23,11 @@ pub(crate) fn email_pk(email_key: &str) -> String {
 /// The sort key of an email-key item.
 pub(crate) const EMAIL_SK: &str = "E";
 
+/// The sort key of an email's record (docs/API.md §10: idempotent on `email_id`).
+pub(crate) fn email_sk(email_id: &str) -> String {
+    format!("M#{email_id}")
+}
+
 pub(crate) fn event_sk(seq: u64) -> String {
     format!("E#{seq:020}")
 }

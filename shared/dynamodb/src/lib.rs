@@ -8,6 +8,10 @@
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
 //! | rate window | `R#{scope}#{minute}` | `R` |
 //! | email key | `E#{lower-cased email}` | `E` (address_id, ttl) |
+//! | email record | `A#{id}` | `M#{email_id}` (seq, event_id, raw_key, raw_size, expires_at, ttl) |
+//!
+//! Raw email messages are objects of the email bucket (`bucket`), never items: the email
+//! record and the event item name the object (`raw_key`).
 //!
 //! Every append (delivery, state write, state delete) is ONE `TransactWriteItems`: the META
 //! sequence bump conditioned on the sequence read, the event conditioned on not existing, the
@@ -57,6 +61,8 @@
 //! - `retry`: the SDK retry policy, the append retry loop, conflict re-sends;
 //! - `purge`: purging deleted addresses (queue, step, message handler);
 //! - `rate_limit`: rate-limit counters;
+//! - `email`: inbound email (append with its object, reads by event and by `email_id`);
+//!   `bucket`: the email bucket's objects (S3);
 //! - `capacity`: consumed-capacity metrics; `config`: [`AwsConfig`].
 //!
 //! This file holds [`DynamoStore`], its constructors, the reads every path shares, and the
@@ -67,8 +73,10 @@ use agentaddress_core::{domain, store};
 
 mod addresses;
 mod append;
+pub mod bucket;
 mod capacity;
 mod config;
+mod email;
 mod events;
 mod item;
 mod purge;
@@ -77,9 +85,11 @@ mod retry;
 mod state;
 
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
+pub use bucket::EmailBucket;
 use capacity::Tally;
 pub use capacity::{CapacityUsage, Metrics};
 pub use config::{lambda_sdk_config, sdk_config, AwsConfig};
+pub use email::MAX_OBJECT_BYTES;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue};
@@ -94,9 +104,9 @@ use aws_sdk_dynamodb::Client;
 
 use crate::domain::{Limits, Millis};
 use crate::store::{
-    Acked, AddressRecord, Appended, Event, EventPage, IdempotencyClaim, NewAddress, NewEvent,
-    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    SweepReport, Usage,
+    Acked, AddressRecord, Appended, Event, EventPage, IdempotencyClaim, NewAddress, NewEmail,
+    NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
+    StoredEmail, SweepReport, Usage,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -108,6 +118,7 @@ pub struct DynamoStore {
     table: String,
     tombstone_ms: i64,
     purge: Option<PurgeQueue>,
+    bucket: Option<EmailBucket>,
     metrics: Arc<Metrics>,
 }
 
@@ -120,6 +131,7 @@ impl DynamoStore {
             table: table.into(),
             tombstone_ms: i64::try_from(tombstone_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
             purge: None,
+            bucket: None,
             metrics: Arc::default(),
         }
     }
@@ -133,6 +145,19 @@ impl DynamoStore {
     pub fn with_purge_queue(mut self, queue: PurgeQueue) -> Self {
         self.purge = Some(queue);
         self
+    }
+
+    /// Keeps raw email messages in `bucket` (without one, the email operations answer
+    /// [`StoreError::NotSupported`]).
+    pub fn with_email_bucket(mut self, bucket: EmailBucket) -> Self {
+        self.bucket = Some(bucket);
+        self
+    }
+
+    /// The email bucket, when configured (the `email` function reads and removes what SES
+    /// wrote there).
+    pub fn email_bucket(&self) -> Option<&EmailBucket> {
+        self.bucket.as_ref()
     }
 
     /// A client configured from the environment (`AWS_ENDPOINT_URL_DYNAMODB` and the rest of
@@ -229,6 +254,33 @@ impl Store for DynamoStore {
         now: Millis,
     ) -> StoreResult<Appended> {
         self.append_event_impl(id, event, claim, limits, now).await
+    }
+
+    async fn append_email(
+        &self,
+        id: &str,
+        email: NewEmail,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        self.append_email_impl(id, email, limits, now).await
+    }
+
+    async fn email_of_event(
+        &self,
+        id: &str,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        self.email_of_event_impl(id, event_id, now).await
+    }
+
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
+        self.email_by_id_impl(id, email_id, now).await
+    }
+
+    async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.pending_email_impl(email_id).await
     }
 
     async fn read_events(

@@ -48,6 +48,18 @@ impl DynamoStore {
                 "refusing to purge live address {id}"
             )));
         }
+        // Its stored messages first: the email records name them until the items go.
+        if let Some(bucket) = &self.bucket {
+            let (_, more) = bucket
+                .delete_prefix(&crate::bucket::mail_prefix(id), budget.max(1))
+                .await?;
+            if more {
+                return Ok(PurgeProgress {
+                    deleted_items: 0,
+                    done: false,
+                });
+            }
+        }
         let out = self
             .client
             .query()

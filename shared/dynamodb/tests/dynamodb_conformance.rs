@@ -33,8 +33,35 @@ async fn make() -> Arc<dyn Store> {
     Arc::new(dynamo().await)
 }
 
+/// The test run's email bucket on the S3 emulator (`AGENTADDRESS_TEST_BUCKET`, created by
+/// `scripts/test` with the resource script; the endpoint is the SDK's `AWS_ENDPOINT_URL_S3`).
+fn bucket() -> String {
+    match std::env::var("AGENTADDRESS_TEST_BUCKET") {
+        Ok(b) if !b.is_empty() => b,
+        _ => panic!(
+            "AGENTADDRESS_TEST_BUCKET is not set: run scripts/test, which starts the S3 \
+             emulator and creates a fresh bucket"
+        ),
+    }
+}
+
+async fn dynamo_with_bucket() -> DynamoStore {
+    let sdk = agentaddress_dynamodb::sdk_config().await;
+    dynamo()
+        .await
+        .with_email_bucket(agentaddress_dynamodb::EmailBucket::new(&sdk, bucket()))
+}
+
+async fn make_with_bucket() -> Arc<dyn Store> {
+    Arc::new(dynamo_with_bucket().await)
+}
+
 mod conformance {
     agentaddress_core::store_conformance_tests!(super::make().await);
+}
+
+mod email_conformance {
+    agentaddress_core::store_email_conformance_tests!(super::make_with_bucket().await);
 }
 
 mod dynamodb_only {
@@ -270,9 +297,9 @@ mod email_keys {
 /// endpoints of the environment only) reaches the same table, and an address written through
 /// it reads back through the default chain's configuration.
 mod lambda_config {
-    use agentaddress_core::domain::ids;
+    use agentaddress_core::domain::{ids, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
-    use agentaddress_core::store::{NewAddress, Store};
+    use agentaddress_core::store::{NewAddress, NewEmail, NewEvent, Store};
     use agentaddress_dynamodb::{lambda_sdk_config, AwsConfig, DynamoStore};
 
     #[tokio::test]
@@ -287,6 +314,7 @@ mod lambda_config {
         let aws = AwsConfig {
             table: super::table(),
             purge_queue_url: None,
+            email_bucket: Some(super::bucket()),
         };
         let lean = aws.store_with(&sdk, 30 * 86_400);
         let id = ids::new_address_id();
@@ -309,5 +337,292 @@ mod lambda_config {
             .expect("read")
             .expect("the address is there");
         assert_eq!(read.name.as_deref(), Some("lean"));
+        // The email bucket too (S3 through AWS_ENDPOINT_URL_S3 alone).
+        let event = NewEvent {
+            event_type: "email.received".into(),
+            source: None,
+            ingress: Ingress::Email,
+            data: "{}".into(),
+            http: None,
+        };
+        let raw = b"Subject: lean\r\n\r\nbody\r\n".to_vec();
+        let appended = lean
+            .append_email(
+                &id,
+                NewEmail {
+                    email_id: "eml_lean".into(),
+                    raw: raw.clone(),
+                    event,
+                },
+                &Limits::default(),
+                T0,
+            )
+            .await
+            .expect("append an email through the Lambda configuration");
+        let stored = lean
+            .email_of_event(&id, &appended.event.id, T0)
+            .await
+            .expect("read it back");
+        assert_eq!(stored.raw, raw);
+    }
+}
+
+/// Stored email on DynamoDB and the S3 emulator: each address has its own object, named by its
+/// event item and its email record; concurrent appends of one message make one event and leave
+/// the object it names; purging an address removes its objects and no other address's; what SES
+/// wrote under `inbound/` is readable for replay.
+mod email_objects {
+    use std::collections::HashMap;
+
+    use agentaddress_core::domain::{ids, Ingress, Limits};
+    use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::{NewAddress, NewEmail, NewEvent, Store, StoreError};
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    async fn s3() -> aws_sdk_s3::Client {
+        let sdk = agentaddress_dynamodb::sdk_config().await;
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&sdk)
+                .force_path_style(true)
+                .build(),
+        )
+    }
+
+    async fn keys_under(prefix: &str) -> Vec<String> {
+        let out = s3()
+            .await
+            .list_objects_v2()
+            .bucket(super::bucket())
+            .prefix(prefix)
+            .send()
+            .await
+            .expect("list objects");
+        out.contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_owned))
+            .collect()
+    }
+
+    async fn new_address(store: &super::DynamoStore) -> String {
+        let id = ids::new_address_id();
+        store
+            .create_address(NewAddress {
+                id: id.clone(),
+                name: None,
+                task_id: None,
+                email: format!("{id}@x.test"),
+                created_at: T0,
+                expires_at: None,
+                token_hash: ids::hash_secret("t"),
+                inbox_hash: ids::hash_secret("i"),
+            })
+            .await
+            .expect("create");
+        id
+    }
+
+    fn email(email_id: &str, raw: &[u8]) -> NewEmail {
+        NewEmail {
+            email_id: email_id.into(),
+            raw: raw.to_vec(),
+            event: NewEvent {
+                event_type: "email.received".into(),
+                source: None,
+                ingress: Ingress::Email,
+                data: format!("{{\"email_id\":\"{email_id}\"}}"),
+                http: None,
+            },
+        }
+    }
+
+    async fn event_item(
+        store: &super::DynamoStore,
+        id: &str,
+        seq: u64,
+    ) -> HashMap<String, AttributeValue> {
+        let client = super::DynamoStore::client_from_env().await;
+        client
+            .get_item()
+            .table_name(store.table())
+            .key("pk", AttributeValue::S(format!("A#{id}")))
+            .key("sk", AttributeValue::S(format!("E#{seq:020}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get the event item")
+            .item
+            .expect("the event item exists")
+    }
+
+    #[tokio::test]
+    async fn each_address_has_its_object_and_the_purge_removes_only_its_own() {
+        let store = super::dynamo_with_bucket().await;
+        let limits = Limits::default();
+        let (a, b) = (new_address(&store).await, new_address(&store).await);
+        let raw = b"Subject: to both\r\n\r\nhello\r\n";
+        let ea = store
+            .append_email(&a, email("eml_both", raw), &limits, T0)
+            .await
+            .expect("append to a");
+        let eb = store
+            .append_email(&b, email("eml_both", raw), &limits, T0)
+            .await
+            .expect("append to b");
+        let (ka, kb) = (
+            keys_under(&format!("mail/{a}/")).await,
+            keys_under(&format!("mail/{b}/")).await,
+        );
+        assert_eq!(
+            (ka.len(), kb.len()),
+            (1, 1),
+            "one object per address: {ka:?} {kb:?}"
+        );
+        let item = event_item(&store, &a, ea.event.sequence).await;
+        assert_eq!(
+            item.get("raw_key").and_then(|v| v.as_s().ok()),
+            Some(&ka[0]),
+            "the event item names its object"
+        );
+        assert_eq!(
+            item.get("email_id")
+                .and_then(|v| v.as_s().ok())
+                .map(String::as_str),
+            Some("eml_both")
+        );
+        assert!(item.get("raw").is_none(), "no raw bytes in DynamoDB");
+
+        store.delete_address(&a, T0).await.expect("delete a");
+        for _ in 0..10 {
+            if store
+                .purge_address(&a, 25, T0)
+                .await
+                .expect("purge step")
+                .done
+            {
+                break;
+            }
+        }
+        assert!(
+            keys_under(&format!("mail/{a}/")).await.is_empty(),
+            "a's objects are gone"
+        );
+        assert_eq!(
+            keys_under(&format!("mail/{b}/")).await,
+            kb,
+            "b's object stays"
+        );
+        let stored = store
+            .email_of_event(&b, &eb.event.id, T0)
+            .await
+            .expect("b still reads its message");
+        assert_eq!(stored.raw, raw);
+    }
+
+    #[tokio::test]
+    async fn concurrent_appends_of_one_message_make_one_event_and_keep_its_object() {
+        let store = super::dynamo_with_bucket().await;
+        let limits = Limits::default();
+        let id = new_address(&store).await;
+        let mut tasks = Vec::new();
+        for n in 0..6 {
+            let (store, id, limits) = (store.clone(), id.clone(), limits.clone());
+            tasks.push(tokio::spawn(async move {
+                let raw = format!("Subject: copy {n}\r\n\r\nbody\r\n");
+                store
+                    .append_email(&id, email("eml_race", raw.as_bytes()), &limits, T0)
+                    .await
+            }));
+        }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.expect("join").expect("append"));
+        }
+        assert_eq!(
+            results.iter().filter(|r| !r.duplicate).count(),
+            1,
+            "one event: {results:?}"
+        );
+        let winner = results
+            .iter()
+            .find(|r| !r.duplicate)
+            .map(|r| r.event.clone());
+        assert!(
+            results.iter().all(|r| Some(&r.event) == winner.as_ref()),
+            "every append answers the one event: {results:?}"
+        );
+        let page = store
+            .read_events(&id, 0, 10, 1 << 22, T0)
+            .await
+            .expect("read");
+        assert_eq!(page.events.len(), 1);
+        let stored = store
+            .email_of_event(&id, &page.events[0].id, T0)
+            .await
+            .expect("its message is readable");
+        assert!(stored.raw.starts_with(b"Subject: copy "), "a whole message");
+        assert_eq!(
+            keys_under(&format!("mail/{id}/")).await.len(),
+            1,
+            "the losers' objects are removed"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expired_event_s_message_is_unreachable_and_what_ses_wrote_is_pending() {
+        let store = super::dynamo_with_bucket().await;
+        let limits = Limits {
+            event_retention_seconds: 60,
+            ..Limits::default()
+        };
+        let id = new_address(&store).await;
+        let appended = store
+            .append_email(
+                &id,
+                email("eml_old", b"Subject: x\r\n\r\ny\r\n"),
+                &limits,
+                T0,
+            )
+            .await
+            .expect("append");
+        let later = T0 + 61_000;
+        assert_eq!(
+            store
+                .email_of_event(&id, &appended.event.id, later)
+                .await
+                .map(|_| ()),
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(
+            store.email_by_id(&id, "eml_old", later).await.map(|_| ()),
+            Err(StoreError::NotFound)
+        );
+        assert_eq!(
+            keys_under(&format!("mail/{id}/")).await.len(),
+            1,
+            "the object itself waits for the lifecycle rule"
+        );
+
+        let ses_id = format!(
+            "ses{}",
+            ids::new_address_id().to_ascii_lowercase().replace('_', "")
+        );
+        assert_eq!(store.pending_email(&ses_id).await, Ok(None));
+        s3().await
+            .put_object()
+            .bucket(super::bucket())
+            .key(format!("inbound/{ses_id}"))
+            .body(b"Subject: from ses\r\n\r\nz\r\n".to_vec().into())
+            .send()
+            .await
+            .expect("put as SES would");
+        assert_eq!(
+            store.pending_email(&ses_id).await,
+            Ok(Some(b"Subject: from ses\r\n\r\nz\r\n".to_vec()))
+        );
+        assert_eq!(
+            store.pending_email("../etc").await,
+            Ok(None),
+            "not a key SES writes"
+        );
     }
 }

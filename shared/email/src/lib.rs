@@ -45,6 +45,7 @@ mod id;
 mod ingest;
 mod limits;
 mod message;
+mod provider;
 mod recipient;
 mod refusal;
 pub mod ses;
@@ -60,6 +61,7 @@ pub use message::{
     parse_message, AuthResults, AuthVerdict, Envelope, ParsedEmail, Provider, DATA_KEYS,
     EVENT_TYPE, INGRESS_SURFACE,
 };
+pub use provider::{deliver_ses, outcome, ProviderOutcome};
 pub use recipient::{parse_recipient, Recipient};
 pub use refusal::{Refusal, SmtpReply};
 pub use ses::{

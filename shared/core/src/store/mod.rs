@@ -335,6 +335,15 @@ pub trait Store: Send + Sync + 'static {
         Err(StoreError::NotSupported("stored email"))
     }
 
+    /// A received message that no delivery has taken yet, held where the provider put it under
+    /// its `email_id` (on AWS: the object SES wrote, until the `email` function delivers it) —
+    /// what replay (docs/API.md §11) re-ingests when its event is missing. `None` when there is
+    /// none; the embedded store delivers as it receives, so it never holds one.
+    async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        let _ = email_id;
+        Ok(None)
+    }
+
     /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
     /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.
     async fn read_events(

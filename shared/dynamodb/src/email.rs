@@ -1,0 +1,248 @@
+//! Inbound email on AWS (docs/API.md §10–§11): the raw message is an object of the email bucket
+//! ([`crate::bucket`]); DynamoDB holds its `email.received` event and an email record
+//! (`M#{email_id}`: the event, the object's key and size, the event's expiry), both written by
+//! the one append transaction, whose condition on the record makes it idempotent on `email_id`.
+//!
+//! Order of writes: the object first (a new key every time), then the transaction that names it.
+//! A transaction that does not apply leaves an object no record names: it is deleted at once
+//! when the outcome is known, and by the bucket's lifecycle rule otherwise. So a record always
+//! names a whole object, and no stored message is ever overwritten.
+//!
+//! Reads check the event's (or the record's) expiry first: an expired event's message is
+//! unreachable through the API before the lifecycle rule removes its object.
+
+use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
+
+use crate::append::{Cancelled, Claim};
+use crate::bucket::{inbound_key, mail_key, EmailBucket};
+use crate::capacity::Tally;
+use crate::domain::{ids, Limits, Millis};
+use crate::item::*;
+use crate::retry::with_append_retries;
+use crate::store::{Appended, EventRef, NewEmail, StoreError, StoreResult, StoredEmail};
+use crate::DynamoStore;
+
+/// The largest object the store reads back: above any `max_email_bytes` it accepts.
+pub const MAX_OBJECT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// An email record: the event a message produced and where its raw bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EmailRecord {
+    pub event: EventRef,
+    pub raw_key: String,
+}
+
+impl DynamoStore {
+    fn bucket(&self) -> StoreResult<&EmailBucket> {
+        self.bucket.as_ref().ok_or(StoreError::NotSupported(
+            "stored email (no email bucket configured)",
+        ))
+    }
+
+    /// The retained record of `email_id` at this address, if any.
+    async fn email_record(
+        &self,
+        id: &str,
+        email_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<EmailRecord>> {
+        let item = self.get(id, email_sk(email_id)).await?;
+        Ok(item
+            .filter(|i| get_i(i, "expires_at").is_some_and(|e| e > now))
+            .map(|i| EmailRecord {
+                event: EventRef {
+                    id: get_s(&i, "event_id").unwrap_or_default(),
+                    sequence: get_u(&i, "seq"),
+                },
+                raw_key: get_s(&i, "raw_key").unwrap_or_default(),
+            }))
+    }
+
+    /// The bytes of the address's retained messages (the records' sizes).
+    async fn stored_email_bytes(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        let mut total = 0u64;
+        let mut start = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :m)")
+                .expression_attribute_values(":pk", s(pk(id)))
+                .expression_attribute_values(":m", s("M#"))
+                .projection_expression("raw_size, expires_at")
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .tally(&self.metrics)
+                .map_err(|e| sdk_err("Query emails", e))?;
+            total = out
+                .items()
+                .iter()
+                .filter(|i| get_i(i, "expires_at").is_some_and(|e| e > now))
+                .fold(total, |t, i| t.saturating_add(get_u(i, "raw_size")));
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(total),
+            }
+        }
+    }
+
+    /// `Store::append_email` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn append_email_impl(
+        &self,
+        id: &str,
+        email: NewEmail,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        let bucket = self.bucket()?;
+        let address = self.live(id, now).await?;
+        if let Some(record) = self.email_record(id, &email.email_id, now).await? {
+            return Ok(Appended {
+                event: record.event,
+                duplicate: true,
+            });
+        }
+        let size = email.raw.len() as u64;
+        let stored = self.stored_email_bytes(id, now).await?;
+        if stored.saturating_add(size) > limits.max_stored_email_bytes {
+            return Err(StoreError::EmailStorageFull);
+        }
+        // Checked again in the loop; here so that a full feed costs no object.
+        if !self
+            .quota_allows(id, address.last_sequence + 1, limits, now)
+            .await?
+        {
+            return Err(StoreError::QuotaExceeded);
+        }
+
+        let raw_key = mail_key(id, &email.email_id);
+        bucket.put(&raw_key, email.raw).await?;
+        let record = Claim::email(&email.email_id, &raw_key, size);
+        let (event, record) = (&email.event, &record);
+        let result = with_append_retries(|| async move {
+            let address = self.live(id, now).await?;
+            if !self
+                .quota_allows(id, address.last_sequence + 1, limits, now)
+                .await?
+            {
+                return Err(StoreError::QuotaExceeded);
+            }
+            match self
+                .append_tx(&address, event, Some(record), None, limits, now)
+                .await?
+            {
+                Ok(event) => Ok(Some(Appended {
+                    event,
+                    duplicate: false,
+                })),
+                Err(Cancelled::Idempotent { event, .. }) => Ok(Some(Appended {
+                    event,
+                    duplicate: true,
+                })),
+                Err(Cancelled::Gone) => Err(StoreError::AddressGone),
+                Err(Cancelled::StateConflict(_)) | Err(Cancelled::Retry) => Ok(None),
+            }
+        })
+        .await;
+        // Our object is unused when another event holds the message, or when the transaction
+        // surely did not apply. After `unavailable` it may have applied: keep it.
+        let unused = match &result {
+            Ok(appended) => appended.duplicate,
+            Err(StoreError::Unavailable(_)) => false,
+            Err(_) => true,
+        };
+        if unused {
+            if let Err(e) = bucket.delete(&raw_key).await {
+                tracing::warn!(key = %raw_key, error = %e, "could not delete an unused object; the lifecycle rule will");
+            }
+        }
+        result
+    }
+
+    /// `Store::email_of_event` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn email_of_event_impl(
+        &self,
+        id: &str,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        let bucket = self.bucket()?;
+        self.live(id, now).await?;
+        let seq = ids::event_sequence(event_id).ok_or(StoreError::NotFound)?;
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(id), event_sk(seq))))
+            .projection_expression("#id, #exp, #email, #raw")
+            .expression_attribute_names("#id", "id")
+            .expression_attribute_names("#exp", "expires_at")
+            .expression_attribute_names("#email", "email_id")
+            .expression_attribute_names("#raw", "raw_key")
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("GetItem event", e))?;
+        let item = out
+            .item
+            .filter(|i| get_s(i, "id").as_deref() == Some(event_id))
+            .filter(|i| get_i(i, "expires_at").is_some_and(|e| e > now))
+            .ok_or(StoreError::NotFound)?;
+        let (Some(email_id), Some(raw_key)) = (get_s(&item, "email_id"), get_s(&item, "raw_key"))
+        else {
+            return Err(StoreError::EmailUnavailable);
+        };
+        let raw = bucket
+            .get(&raw_key, MAX_OBJECT_BYTES)
+            .await?
+            .ok_or(StoreError::EmailUnavailable)?;
+        Ok(StoredEmail {
+            email_id,
+            event: EventRef {
+                id: event_id.to_owned(),
+                sequence: seq,
+            },
+            raw,
+        })
+    }
+
+    /// `Store::email_by_id` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn email_by_id_impl(
+        &self,
+        id: &str,
+        email_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        let bucket = self.bucket()?;
+        self.live(id, now).await?;
+        let record = self
+            .email_record(id, email_id, now)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        let raw = bucket
+            .get(&record.raw_key, MAX_OBJECT_BYTES)
+            .await?
+            .ok_or(StoreError::EmailUnavailable)?;
+        Ok(StoredEmail {
+            email_id: email_id.to_owned(),
+            event: record.event,
+            raw,
+        })
+    }
+
+    /// `Store::pending_email` (the trait impl in lib.rs delegates here): the object SES wrote
+    /// for `email_id` and no delivery has removed yet.
+    pub(crate) async fn pending_email_impl(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        let bucket = self.bucket()?;
+        match inbound_key(email_id) {
+            Some(key) => bucket.get(&key, MAX_OBJECT_BYTES).await,
+            None => Ok(None),
+        }
+    }
+}
