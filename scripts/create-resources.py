@@ -9,20 +9,32 @@ both run it, so what LocalStack users get is what the tests use. Needs only boto
   dead-letter  QUEUE-dlq (messages kept 14 days)
   purge queue  QUEUE (default agentaddress-purge): VisibilityTimeout 60,
                RedrivePolicy maxReceiveCount 5 -> QUEUE-dlq
+  email dlq    EMAIL_QUEUE-dlq (messages kept 14 days)
+  email queue  EMAIL_QUEUE (default agentaddress-email): VisibilityTimeout 60,
+               RedrivePolicy maxReceiveCount 5 -> EMAIL_QUEUE-dlq, a policy letting the bucket's
+               notifications in
+  bucket       BUCKET (default agentaddress-email), path-style addressing: where SES stores
+               inbound messages (inbound/{message id}) and the store keeps each address's
+               (mail/{address_id}/{email_id}); its notification configuration sends
+               s3:ObjectCreated:* under inbound/ to EMAIL_QUEUE (template.yaml's EmailBucket)
 
 Endpoints come only from the standard AWS variables, which boto3 (>= 1.28) reads itself:
-AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, or AWS_ENDPOINT_URL (e.g. LocalStack). Without
-any of them the script refuses to run (it would talk to real AWS) unless --real-aws is given.
-With an endpoint set and no credentials/region configured, it uses test/test and us-east-1.
-AWS_REGION is honoured as well as AWS_DEFAULT_REGION (botocore itself reads only the latter).
+AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_S3, or AWS_ENDPOINT_URL (e.g.
+LocalStack). Without any of them the script refuses to run (it would talk to real AWS) unless
+--real-aws is given; with some of them, each of the three services needs its own or
+AWS_ENDPOINT_URL. With an endpoint set and no credentials/region configured, it uses test/test
+and us-east-1. AWS_REGION is honoured as well as AWS_DEFAULT_REGION (botocore itself reads only
+the latter).
 
 Progress goes to stderr, one line per resource; stdout gets only machine-readable lines:
   TABLE=...  PURGE_QUEUE_URL=...  PURGE_DLQ_URL=...
+  EMAIL_BUCKET=...  EMAIL_PREFIX=inbound/  EMAIL_QUEUE_URL=...  EMAIL_DLQ_URL=...
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -48,8 +60,20 @@ ATTRIBUTES = [
 TTL_ATTRIBUTE = "ttl"
 PURGE_VISIBILITY_TIMEOUT = "60"
 PURGE_MAX_RECEIVE_COUNT = 5
+EMAIL_VISIBILITY_TIMEOUT = "60"
+EMAIL_MAX_RECEIVE_COUNT = 5
+EMAIL_PREFIX = "inbound/"
+# The Id of the bucket's queue configuration; other configurations of the bucket are kept.
+EMAIL_NOTIFICATION_ID = "agentaddress-inbound"
+EMAIL_EVENTS = ["s3:ObjectCreated:*"]
 DLQ_RETENTION_SECONDS = "1209600"  # 14 days, the SQS maximum
-ENDPOINT_VARS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+SERVICE_ENDPOINT_VARS = {
+    "dynamodb": "AWS_ENDPOINT_URL_DYNAMODB",
+    "sqs": "AWS_ENDPOINT_URL_SQS",
+    "s3": "AWS_ENDPOINT_URL_S3",
+}
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL", *SERVICE_ENDPOINT_VARS.values())
 
 
 def log(msg):
@@ -69,10 +93,18 @@ def session(real_aws):
     endpoints = {v: os.environ[v] for v in ENDPOINT_VARS if os.environ.get(v)}
     if not endpoints and not real_aws:
         fail(
-            "no AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB or AWS_ENDPOINT_URL_SQS set: "
+            f"none of {', '.join(ENDPOINT_VARS)} is set: "
             "refusing to create resources in real AWS (pass --real-aws if that is what you want; "
             'for the emulators: eval "$(scripts/emulators env)")'
         )
+    if endpoints and not real_aws and "AWS_ENDPOINT_URL" not in endpoints:
+        missing = [v for v in SERVICE_ENDPOINT_VARS.values() if v not in endpoints]
+        if missing:
+            fail(
+                f"{', '.join(sorted(endpoints))} set but not {', '.join(missing)} (nor AWS_ENDPOINT_URL): "
+                "refusing to create those resources in real AWS (pass --real-aws if that is what you want; "
+                'for the emulators: eval "$(scripts/emulators env)")'
+            )
     region = os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")
     sess = boto3.session.Session(region_name=region)
     if sess.region_name is None:
@@ -176,6 +208,11 @@ def ensure_queue(sqs, name, attributes):
 def same_attribute(key, have, want):
     if have is None:
         return False
+    if key == "Policy":
+        try:
+            return json.loads(have) == json.loads(want)
+        except ValueError:
+            return False
     if key == "RedrivePolicy":
         try:
             h, w = json.loads(have), json.loads(want)
@@ -187,14 +224,100 @@ def same_attribute(key, have, want):
     return str(have) == str(want)
 
 
+def email_queue_policy(queue_arn, bucket):
+    """S3 may send the bucket's notifications to the queue (template.yaml's EmailQueuePolicy)."""
+    partition = queue_arn.split(":")[1] if queue_arn.count(":") >= 5 else "aws"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "S3NotifiesEmailQueue",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "s3.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": queue_arn,
+                    "Condition": {"ArnLike": {"aws:SourceArn": f"arn:{partition}:s3:::{bucket}"}},
+                }
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def ensure_bucket(s3, name, region):
+    """Create the bucket unless this account has it already. Returns what happened."""
+    try:
+        s3.head_bucket(Bucket=name)
+        return "exists"
+    except ClientError as err:
+        if error_code(err) not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+    kwargs = {"Bucket": name}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        s3.create_bucket(**kwargs)
+    except ClientError as err:
+        if error_code(err) != "BucketAlreadyOwnedByYou":  # created concurrently: fine
+            raise
+        return "exists"
+    return "created"
+
+
+def ensure_notification(s3, bucket, queue_arn):
+    """Send s3:ObjectCreated:* under EMAIL_PREFIX to the queue, keeping the bucket's other
+    notification configurations. Returns what happened (nothing is put when it is already so:
+    each put makes S3 send another s3:TestEvent)."""
+    current = s3.get_bucket_notification_configuration(Bucket=bucket)
+    current.pop("ResponseMetadata", None)
+    want = {
+        "Id": EMAIL_NOTIFICATION_ID,
+        "QueueArn": queue_arn,
+        "Events": EMAIL_EVENTS,
+        "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": EMAIL_PREFIX}]}},
+    }
+    queues = current.get("QueueConfigurations", [])
+    ours = [q for q in queues if q.get("Id") == EMAIL_NOTIFICATION_ID]
+    if len(ours) == 1 and same_notification(ours[0], want):
+        return "exists"
+    current["QueueConfigurations"] = [q for q in queues if q.get("Id") != EMAIL_NOTIFICATION_ID] + [want]
+    s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=current)
+    return "updated" if ours else "created"
+
+
+def same_notification(have, want):
+    def rules(conf):
+        return sorted(
+            (r.get("Name", "").lower(), r.get("Value", ""))
+            for r in conf.get("Filter", {}).get("Key", {}).get("FilterRules", [])
+        )
+
+    return (
+        have.get("QueueArn") == want["QueueArn"]
+        and sorted(have.get("Events", [])) == sorted(want["Events"])
+        and rules(have) == rules(want)
+    )
+
+
 def main():
     parser = argparse.ArgumentParser(
-        description="Create the agentaddress DynamoDB table and SQS purge queues (idempotent).",
-        epilog="Endpoints: AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS or AWS_ENDPOINT_URL.",
+        description="Create the agentaddress DynamoDB table, SQS purge queues, email bucket and email queues (idempotent).",
+        epilog="Endpoints: AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL.",
     )
     parser.add_argument("--table", default="agentaddress", help="table name (default: %(default)s)")
     parser.add_argument(
         "--queue", default="agentaddress-purge", help="purge queue name; its DLQ is NAME-dlq (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--bucket",
+        default="agentaddress-email",
+        help="email bucket name (S3 naming rules; default: %(default)s)",
+    )
+    parser.add_argument(
+        "--email-queue",
+        default="agentaddress-email",
+        help="email queue name, fed by the bucket's notifications; its DLQ is NAME-dlq (default: %(default)s)",
     )
     parser.add_argument(
         "--wait",
@@ -204,14 +327,26 @@ def main():
     parser.add_argument("--timeout", type=float, default=60, help="seconds for --wait and for the table to become ACTIVE")
     parser.add_argument("--real-aws", action="store_true", help="allow running without an endpoint override")
     args = parser.parse_args()
+    if args.email_queue == args.queue:
+        fail(f"--email-queue and --queue are both {args.queue!r}: the two queues must differ")
+    if not BUCKET_NAME.fullmatch(args.bucket) or ".." in args.bucket:
+        fail(
+            f"--bucket {args.bucket!r} is not a valid S3 bucket name "
+            "(3 to 63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit)"
+        )
 
     sess, endpoints = session(args.real_aws)
     cfg = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
     ddb = sess.client("dynamodb", config=cfg)
     sqs = sess.client("sqs", config=cfg)
-    log(f"region {sess.region_name}; dynamodb at {ddb.meta.endpoint_url}; sqs at {sqs.meta.endpoint_url}")
+    # Path-style (http://host:port/bucket/key): emulators answer on one host name.
+    s3 = sess.client("s3", config=cfg.merge(Config(s3={"addressing_style": "path"})))
+    log(
+        f"region {sess.region_name}; dynamodb at {ddb.meta.endpoint_url}; sqs at {sqs.meta.endpoint_url}; "
+        f"s3 at {s3.meta.endpoint_url}"
+    )
     # boto3 < 1.28 ignores the endpoint variables and would quietly talk to real AWS.
-    for client, var in ((ddb, "AWS_ENDPOINT_URL_DYNAMODB"), (sqs, "AWS_ENDPOINT_URL_SQS")):
+    for client, var in ((ddb, "AWS_ENDPOINT_URL_DYNAMODB"), (sqs, "AWS_ENDPOINT_URL_SQS"), (s3, "AWS_ENDPOINT_URL_S3")):
         want = endpoints.get(var) or endpoints.get("AWS_ENDPOINT_URL")
         if want and client.meta.endpoint_url.rstrip("/") != want.rstrip("/"):
             fail(
@@ -222,6 +357,7 @@ def main():
     wait_timeout = args.timeout if args.wait else 0
     wait_for(f"DynamoDB at {ddb.meta.endpoint_url}", ddb.list_tables, wait_timeout)
     wait_for(f"SQS at {sqs.meta.endpoint_url}", sqs.list_queues, wait_timeout)
+    wait_for(f"S3 at {s3.meta.endpoint_url}", s3.list_buckets, wait_timeout)
 
     ensure_table(ddb, args.table, args.timeout)
 
@@ -238,9 +374,36 @@ def main():
         f"after {PURGE_MAX_RECEIVE_COUNT} receives -> {dlq_name})"
     )
 
+    email_dlq_name = f"{args.email_queue}-dlq"
+    email_dlq_url, email_dlq_arn, state = ensure_queue(
+        sqs, email_dlq_name, {"MessageRetentionPeriod": DLQ_RETENTION_SECONDS}
+    )
+    log(f"queue {email_dlq_name}: {state} ({email_dlq_url})")
+
+    redrive = json.dumps({"deadLetterTargetArn": email_dlq_arn, "maxReceiveCount": str(EMAIL_MAX_RECEIVE_COUNT)})
+    email_url, email_arn, state = ensure_queue(
+        sqs, args.email_queue, {"VisibilityTimeout": EMAIL_VISIBILITY_TIMEOUT, "RedrivePolicy": redrive}
+    )
+    # The policy names the queue's ARN, known once the queue exists.
+    _, _, policy_state = ensure_queue(sqs, args.email_queue, {"Policy": email_queue_policy(email_arn, args.bucket)})
+    policy_state = "kept" if policy_state == "exists" else "set"
+    log(
+        f"queue {args.email_queue}: {state}, policy {policy_state} ({email_url}; visibility "
+        f"{EMAIL_VISIBILITY_TIMEOUT}s, after {EMAIL_MAX_RECEIVE_COUNT} receives -> {email_dlq_name})"
+    )
+
+    state = ensure_bucket(s3, args.bucket, sess.region_name)
+    log(f"bucket {args.bucket}: {state}")
+    state = ensure_notification(s3, args.bucket, email_arn)
+    log(f"bucket {args.bucket}: notification {state} (s3:ObjectCreated:* under {EMAIL_PREFIX} -> {args.email_queue})")
+
     print(f"TABLE={args.table}")
     print(f"PURGE_QUEUE_URL={url}")
     print(f"PURGE_DLQ_URL={dlq_url}")
+    print(f"EMAIL_BUCKET={args.bucket}")
+    print(f"EMAIL_PREFIX={EMAIL_PREFIX}")
+    print(f"EMAIL_QUEUE_URL={email_url}")
+    print(f"EMAIL_DLQ_URL={email_dlq_url}")
 
 
 if __name__ == "__main__":
