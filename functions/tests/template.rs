@@ -114,7 +114,12 @@ fn template_routes_and_binaries_match_the_code() {
         vec!["service".to_owned()],
         "the catch-all goes to service"
     );
-    assert_eq!(sqs_consumers, vec!["purge".to_owned()]);
+    sqs_consumers.sort();
+    assert_eq!(
+        sqs_consumers,
+        vec!["email".to_owned(), "purge".to_owned()],
+        "the queue consumers: the email queue's and the purge queue's"
+    );
     assert_eq!(deployed, binaries, "every binary of the crate is deployed");
 }
 

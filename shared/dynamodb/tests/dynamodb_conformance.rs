@@ -489,7 +489,7 @@ mod email_objects {
                 .map(String::as_str),
             Some("eml_both")
         );
-        assert!(item.get("raw").is_none(), "no raw bytes in DynamoDB");
+        assert!(!item.contains_key("raw"), "no raw bytes in DynamoDB");
 
         store.delete_address(&a, T0).await.expect("delete a");
         for _ in 0..10 {

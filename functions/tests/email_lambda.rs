@@ -1,0 +1,374 @@
+//! Inbound email on the Lambda stack (docs/API.md §10–§11, "On AWS"): the raw-MIME webhook door
+//! served by the `email-api` function, and the SES path — a message put into the email bucket
+//! under `inbound/{id}` as SES's S3 action does, notified by S3 to the email queue, delivered by
+//! the `email` function (through `scripts/sqs-to-lambda.py`, the stand-in for Lambda's event
+//! source mapping). Downloads read the object back from S3.
+//!
+//! `scripts/test` starts the stack and passes `AGENTADDRESS_LAMBDA_URL`,
+//! `AGENTADDRESS_LAMBDA_BUCKET` and `AGENTADDRESS_TEST_INGEST_SECRET`; without them these tests
+//! fail loudly, never skip.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
+    }
+}
+
+struct Address {
+    id: String,
+    email: String,
+    token: String,
+}
+
+async fn create(http: &reqwest::Client, base: &str) -> Address {
+    let r = http
+        .post(format!("{base}/api/v1/addresses"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    assert_eq!(r.status(), 201);
+    let v: Value = r
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("create JSON: {e}"));
+    Address {
+        id: v["address"]["id"].as_str().unwrap_or_default().to_owned(),
+        email: v["address"]["email"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        token: v["credentials"]["read_token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// The address's events, waiting up to `wait` seconds for one after `after`.
+async fn events(
+    http: &reqwest::Client,
+    base: &str,
+    a: &Address,
+    after: u64,
+    wait: u64,
+) -> Vec<Value> {
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events?after={after}&wait={wait}",
+            a.id
+        ))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("events: {e}"));
+    assert_eq!(r.status(), 200);
+    let v: Value = r
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("events JSON: {e}"));
+    v["events"].as_array().cloned().unwrap_or_default()
+}
+
+fn message(message_id: &str, to: &str, attachment: &[u8]) -> Vec<u8> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(attachment);
+    format!(
+        "From: Ada Lovelace <ada@example.com>\r\n\
+         To: {to}\r\n\
+         Subject: Invoice\r\n\
+         Message-ID: <{message_id}>\r\n\
+         MIME-Version: 1.0\r\n\
+         Content-Type: multipart/mixed; boundary=\"b1\"\r\n\
+         \r\n\
+         --b1\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         \r\n\
+         Please find the invoice attached.\r\n\
+         --b1\r\n\
+         Content-Type: application/pdf\r\n\
+         Content-Disposition: attachment; filename=\"invoice.pdf\"\r\n\
+         Content-Transfer-Encoding: base64\r\n\
+         \r\n\
+         {b64}\r\n\
+         --b1--\r\n"
+    )
+    .into_bytes()
+}
+
+/// `message` as SES's S3 action stores it: SES's own headers on top.
+fn as_ses_stored(ses_id: &str, rcpt: &str, message: &[u8]) -> Vec<u8> {
+    let mut raw = format!(
+        "Return-Path: <bounces@example.com>\r\n\
+         Received: from mail.example.com (mail.example.com [192.0.2.1]) by \
+         inbound-smtp.eu-west-1.amazonaws.com with SMTP id {ses_id} for {rcpt}; \
+         Tue, 01 Dec 2026 10:00:00 +0000 (UTC)\r\n\
+         X-SES-Spam-Verdict: PASS\r\n\
+         X-SES-Virus-Verdict: PASS\r\n\
+         Authentication-Results: amazonses.com; spf=pass (spfCheck: domain of example.com \
+         designates 192.0.2.1 as permitted sender) client-ip=192.0.2.1; \
+         envelope-from=bounces@example.com; helo=mail.example.com; dkim=pass \
+         header.i=@example.com; dmarc=pass header.from=example.com;\r\n"
+    )
+    .into_bytes();
+    raw.extend_from_slice(message);
+    raw
+}
+
+async fn s3() -> aws_sdk_s3::Client {
+    let sdk = agentaddress_dynamodb::sdk_config().await;
+    aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(true)
+            .build(),
+    )
+}
+
+async fn put_inbound(ses_id: &str, raw: Vec<u8>) {
+    s3().await
+        .put_object()
+        .bucket(env("AGENTADDRESS_LAMBDA_BUCKET"))
+        .key(format!("inbound/{ses_id}"))
+        .body(raw.into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("put inbound/{ses_id}: {e:?}"));
+}
+
+fn new_ses_id() -> String {
+    let n: u64 = rand_like();
+    format!("lambda{n:016x}t")
+}
+
+fn rand_like() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_webhook_door_on_lambda_delivers_once_and_every_byte_reads_back() {
+    let base = env("AGENTADDRESS_LAMBDA_URL");
+    let secret = env("AGENTADDRESS_TEST_INGEST_SECRET");
+    let http = reqwest::Client::new();
+    let a = create(&http, &base).await;
+    let pdf: Vec<u8> = (0..=255u8).cycle().take(20_000).collect();
+    let raw = message("webhook-1@example.com", &a.email, &pdf);
+    for attempt in 0..2 {
+        let r = http
+            .post(format!("{base}/api/v1/email/inbound"))
+            .query(&[
+                ("rcpt", a.email.as_str()),
+                ("rcpt", "nobody@inbox.localhost"),
+            ])
+            .bearer_auth(&secret)
+            .header("content-type", "message/rfc822")
+            .body(raw.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("ingest: {e}"));
+        assert_eq!(r.status(), 200, "attempt {attempt}");
+        let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
+        assert_eq!(v["accepted"], json!([a.email]), "{v}");
+        assert_eq!(v["rejected"][0]["code"], "not_found", "{v}");
+    }
+    let r = http
+        .post(format!("{base}/api/v1/email/inbound"))
+        .query(&[("rcpt", a.email.as_str())])
+        .bearer_auth("a-wrong-secret-of-enough-length")
+        .body(raw.clone())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("ingest: {e}"));
+    assert_eq!(r.status(), 401);
+
+    let evs = events(&http, &base, &a, 0, 0).await;
+    assert_eq!(evs.len(), 1, "a resend is one event: {evs:?}");
+    let e = &evs[0];
+    assert_eq!(e["type"], "email.received");
+    assert_eq!(e["data"]["provider"], "webhook");
+    let event_id = e["id"].as_str().unwrap_or_default();
+    let att = e["data"]["attachments"][0]["id"]
+        .as_str()
+        .unwrap_or_default();
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
+            a.id
+        ))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("raw: {e}"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(),
+        raw,
+        "the raw message, byte for byte, from S3"
+    );
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events/{event_id}/attachments/{att}",
+            a.id
+        ))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("attachment: {e}"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(), pdf);
+    let other = create(&http, &base).await;
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
+            a.id
+        ))
+        .bearer_auth(&other.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("raw: {e}"));
+    assert_eq!(r.status(), 401, "another address's token reads nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
+    let base = env("AGENTADDRESS_LAMBDA_URL");
+    let http = reqwest::Client::new();
+    let a = create(&http, &base).await;
+    let ses_id = new_ses_id();
+    let tagged = a.email.replace('@', "+orders@");
+    let raw = as_ses_stored(
+        &ses_id,
+        &tagged,
+        &message("ses-1@example.com", &a.email, b"%PDF-1.4 tiny"),
+    );
+    let start = Instant::now();
+    put_inbound(&ses_id, raw.clone()).await;
+    let mut evs = Vec::new();
+    while start.elapsed() < Duration::from_secs(5) && evs.is_empty() {
+        evs = events(&http, &base, &a, 0, 1).await;
+    }
+    let took = start.elapsed();
+    assert_eq!(evs.len(), 1, "the event within 5 s (waited {took:?})");
+    let e = &evs[0];
+    assert_eq!(
+        e["data"]["email_id"],
+        ses_id.as_str(),
+        "SES's message id is the email_id"
+    );
+    assert_eq!(e["data"]["provider"], "ses");
+    assert_eq!(e["data"]["tag"], "orders");
+    assert_eq!(
+        e["data"]["auth"],
+        json!({"spf": "pass", "dkim": "pass", "dmarc": "pass"})
+    );
+    assert_eq!(e["data"]["envelope"]["mail_from"], "bounces@example.com");
+    println!("SES path: event in the feed {took:?} after the object was written");
+
+    // The same object notified again (SES retrying, S3 redelivering): still one event.
+    put_inbound(&ses_id, raw.clone()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        events(&http, &base, &a, 0, 0).await.len(),
+        1,
+        "a redelivery makes no second event"
+    );
+    let event_id = e["id"].as_str().unwrap_or_default();
+    let r = http
+        .get(format!(
+            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
+            a.id
+        ))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("raw: {e}"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(), raw);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
+    let base = env("AGENTADDRESS_LAMBDA_URL");
+    let http = reqwest::Client::new();
+    let a = create(&http, &base).await;
+    let ses_id = new_ses_id();
+    // Multiparts nested 40 deep: too complex, refused for good (554 5.6.0).
+    let mut nested = format!(
+        "From: a@example.com\r\nTo: {}\r\nMIME-Version: 1.0\r\n",
+        a.email
+    );
+    for depth in 0..40 {
+        nested.push_str(&format!(
+            "Content-Type: multipart/mixed; boundary=\"d{depth}\"\r\n\r\n--d{depth}\r\n"
+        ));
+    }
+    nested.push_str("Content-Type: text/plain\r\n\r\ndeep\r\n");
+    let broken = as_ses_stored(&ses_id, &a.email, nested.as_bytes());
+    put_inbound(&ses_id, broken).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        events(&http, &base, &a, 0, 0).await.is_empty(),
+        "nothing appended"
+    );
+    let replay = || async {
+        http.post(format!("{base}/api/v1/addresses/{}/email/replay", a.id))
+            .bearer_auth(&a.token)
+            .json(&json!({"email_id": ses_id}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("replay: {e}"))
+    };
+    let r = replay().await;
+    assert_eq!(r.status(), 400, "a refused message stays refused");
+
+    // Fixed by an operator (the object rewritten whole), then replayed by the address.
+    let fixed = as_ses_stored(
+        &ses_id,
+        &a.email,
+        &message("ses-2@example.com", &a.email, b"x"),
+    );
+    s3().await
+        .put_object()
+        .bucket(env("AGENTADDRESS_LAMBDA_BUCKET"))
+        .key(format!("inbound/{ses_id}"))
+        .body(fixed.into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("rewrite: {e:?}"));
+    let r = replay().await;
+    // The notification of the rewrite may have delivered it first: then replay finds it.
+    assert!(matches!(r.status().as_u16(), 200 | 201), "{}", r.status());
+    let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
+    let evs = events(&http, &base, &a, 0, 0).await;
+    assert_eq!(evs.len(), 1, "one event: {evs:?}");
+    assert_eq!(v["event"]["id"], evs[0]["id"]);
+    assert_eq!(
+        replay().await.status(),
+        200,
+        "a second replay finds the event"
+    );
+    let stranger = create(&http, &base).await;
+    let r = http
+        .post(format!(
+            "{base}/api/v1/addresses/{}/email/replay",
+            stranger.id
+        ))
+        .bearer_auth(&stranger.token)
+        .json(&json!({"email_id": ses_id}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("replay: {e}"));
+    assert_eq!(r.status(), 404, "not addressed to it");
+}
