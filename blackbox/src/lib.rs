@@ -21,6 +21,8 @@ pub struct Resp {
     pub headers: reqwest::header::HeaderMap,
     pub text: String,
     pub json: Value,
+    /// The body as received (`text` is its lossy UTF-8 reading).
+    pub bytes: Vec<u8>,
 }
 
 impl Resp {
@@ -229,6 +231,7 @@ impl Client {
             headers,
             text,
             json,
+            bytes: bytes.to_vec(),
         })
     }
 
@@ -303,6 +306,7 @@ impl Client {
             headers,
             text: String::from_utf8_lossy(&bytes).into_owned(),
             json: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            bytes: bytes.to_vec(),
         })
     }
 

@@ -39,7 +39,10 @@ async fn work(args: PurgeArgs) -> ExitCode {
         return ExitCode::from(2);
     };
     let sdk = agentaddress_dynamodb::sdk_config().await;
-    let store = args.aws.store_with(&sdk, args.service.tombstone_seconds);
+    let mut store = args.aws.store_with(&sdk, args.service.tombstone_seconds);
+    if let Some(bucket) = args.aws.email_bucket_with(&sdk) {
+        store = store.with_email_bucket(bucket);
+    }
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     tracing::info!(queue = %queue_url, table = %args.aws.table, "purge worker started");
     loop {

@@ -10,7 +10,7 @@ use agentaddress_api::routes::Shape;
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
-use agentaddress_dynamodb::{handle_purge_message, DynamoStore};
+use agentaddress_dynamodb::{handle_purge_message, DynamoStore, MessageBucket};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
@@ -24,16 +24,33 @@ pub fn init_tracing() {
     api::telemetry::init(api::telemetry::LogFormat::Lambda);
 }
 
-async fn store(service: &ServiceConfig) -> Result<DynamoStore, Error> {
+/// What gives the store its email bucket: [`MAIL`] in the functions that read mail, `None` in
+/// the others, so that only those link the S3 client.
+type Bucket = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn MessageBucket>>;
+
+/// The email bucket of the configuration (`AGENTADDRESS_EMAIL_BUCKET`).
+const MAIL: Bucket = AwsConfig::email_bucket_with;
+
+async fn store(service: &ServiceConfig, bucket: Option<Bucket>) -> Result<DynamoStore, Error> {
     let aws = AwsConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let sdk = agentaddress_dynamodb::lambda_sdk_config().await;
-    Ok(aws.store_with(&sdk, service.tombstone_seconds))
+    let store = aws.store_with(&sdk, service.tombstone_seconds);
+    Ok(match bucket.and_then(|b| b(&aws, &sdk)) {
+        Some(bucket) => store.with_email_bucket(bucket),
+        None => store,
+    })
 }
 
 /// Serves `groups` of the API as this Lambda function. A binary names the `static` of its own
 /// groups (`agentaddress_api::routes::groups`), so it links no other group's handlers.
 pub async fn run_http(groups: &[&'static Routes]) -> Result<(), Error> {
-    run_http_with(groups, None, &[]).await
+    serve_http(groups, None, &[], None).await
+}
+
+/// [`run_http`] for routes that read stored mail (the `email-api` function): the store gets the
+/// email bucket.
+pub async fn run_http_reading_mail(groups: &[&'static Routes]) -> Result<(), Error> {
+    serve_http(groups, None, &[], Some(MAIL)).await
 }
 
 /// [`run_http`], with what serves the MCP group (only the `mcp` function passes it, so only
@@ -45,9 +62,18 @@ pub async fn run_http_with(
     mcp: Option<api::McpRoute>,
     others: &[Shape],
 ) -> Result<(), Error> {
+    serve_http(groups, mcp, others, None).await
+}
+
+async fn serve_http(
+    groups: &[&'static Routes],
+    mcp: Option<api::McpRoute>,
+    others: &[Shape],
+    bucket: Option<Bucket>,
+) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = store(&service).await?;
+    let store = store(&service, bucket).await?;
     let state = AppState::new(Arc::new(store), ApiConfig::from(&service));
     let router = api::router_of(groups, state, mcp, others);
     let app = tower::ServiceBuilder::new()
@@ -74,7 +100,8 @@ pub const PURGE_STEPS_PER_MESSAGE: usize = 8;
 pub async fn run_purge() -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = Arc::new(store(&service).await?);
+    // Purging an address removes its stored messages too.
+    let store = Arc::new(store(&service, Some(MAIL)).await?);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: LambdaEvent<SqsEvent>| {
             let store = Arc::clone(&store);
@@ -108,7 +135,7 @@ pub async fn purge_batch(store: &DynamoStore, batch: SqsEvent) -> SqsBatchRespon
 pub async fn run_email() -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = Arc::new(store(&service).await?);
+    let store = Arc::new(store(&service, Some(MAIL)).await?);
     if store.email_bucket().is_none() {
         return Err("configuration: AGENTADDRESS_EMAIL_BUCKET is not set".into());
     }

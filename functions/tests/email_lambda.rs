@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use agentaddress_blackbox::{Address, Client, Resp};
 use serde_json::{json, Value};
 
 fn env(name: &str) -> String {
@@ -19,60 +20,52 @@ fn env(name: &str) -> String {
     }
 }
 
-struct Address {
-    id: String,
-    email: String,
-    token: String,
+fn client() -> Client {
+    Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
 }
 
-async fn create(http: &reqwest::Client, base: &str) -> Address {
-    let r = http
-        .post(format!("{base}/api/v1/addresses"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
-    assert_eq!(r.status(), 201);
-    let v: Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("create JSON: {e}"));
-    Address {
-        id: v["address"]["id"].as_str().unwrap_or_default().to_owned(),
-        email: v["address"]["email"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        token: v["credentials"]["read_token"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    }
+fn email_of(a: &Address) -> String {
+    a.created["address"]["email"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no email in {}", a.created))
+        .to_owned()
 }
 
-/// The address's events, waiting up to `wait` seconds for one after `after`.
-async fn events(
-    http: &reqwest::Client,
-    base: &str,
-    a: &Address,
-    after: u64,
-    wait: u64,
-) -> Vec<Value> {
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events?after={after}&wait={wait}",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
+/// The address's events after 0, waiting up to `wait` seconds for one.
+async fn events(c: &Client, a: &Address, wait: u64) -> Vec<Value> {
+    let r = c.events(a, &format!("after=0&wait={wait}")).await;
+    r.expect_status(200, "events");
+    r.json["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// `GET {root}/events/{event_id}/{rest}` with `token`.
+async fn download(c: &Client, a: &Address, event_id: &str, rest: &str, token: &str) -> Resp {
+    c.get(&format!("{}/events/{event_id}/{rest}", a.root), Some(token))
         .await
-        .unwrap_or_else(|e| panic!("events: {e}"));
-    assert_eq!(r.status(), 200);
-    let v: Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("events JSON: {e}"));
-    v["events"].as_array().cloned().unwrap_or_default()
+}
+
+/// `POST {root}/email/replay` of `email_id` by `a`.
+async fn replay(c: &Client, a: &Address, email_id: &str) -> Resp {
+    c.json(
+        "POST",
+        &format!("{}/email/replay", a.root),
+        Some(&a.token),
+        &json!({ "email_id": email_id }),
+    )
+    .await
+}
+
+/// The raw-MIME webhook door, with `secret`.
+async fn ingest(c: &Client, secret: &str, rcpts: &[&str], raw: &[u8]) -> Resp {
+    let query: Vec<String> = rcpts.iter().map(|r| format!("rcpt={r}")).collect();
+    c.send(
+        "POST",
+        &format!("/api/v1/email/inbound?{}", query.join("&")),
+        Some(secret),
+        &[("content-type", "message/rfc822")],
+        Some(raw.to_vec()),
+    )
+    .await
 }
 
 fn message(message_id: &str, to: &str, attachment: &[u8]) -> Vec<u8> {
@@ -159,41 +152,23 @@ fn rand_like() -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_webhook_door_on_lambda_delivers_once_and_every_byte_reads_back() {
-    let base = env("AGENTADDRESS_LAMBDA_URL");
     let secret = env("AGENTADDRESS_TEST_INGEST_SECRET");
-    let http = reqwest::Client::new();
-    let a = create(&http, &base).await;
+    let c = client();
+    let a = c.new_address().await;
+    let email = email_of(&a);
     let pdf: Vec<u8> = (0..=255u8).cycle().take(20_000).collect();
-    let raw = message("webhook-1@example.com", &a.email, &pdf);
+    let raw = message("webhook-1@example.com", &email, &pdf);
     for attempt in 0..2 {
-        let r = http
-            .post(format!("{base}/api/v1/email/inbound"))
-            .query(&[
-                ("rcpt", a.email.as_str()),
-                ("rcpt", "nobody@inbox.localhost"),
-            ])
-            .bearer_auth(&secret)
-            .header("content-type", "message/rfc822")
-            .body(raw.clone())
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("ingest: {e}"));
-        assert_eq!(r.status(), 200, "attempt {attempt}");
-        let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
-        assert_eq!(v["accepted"], json!([a.email]), "{v}");
-        assert_eq!(v["rejected"][0]["code"], "not_found", "{v}");
+        let r = ingest(&c, &secret, &[&email, "nobody@inbox.localhost"], &raw).await;
+        r.expect_status(200, &format!("ingest, attempt {attempt}"));
+        assert_eq!(r.json["accepted"], json!([email]), "{}", r.text);
+        assert_eq!(r.json["rejected"][0]["code"], "not_found", "{}", r.text);
     }
-    let r = http
-        .post(format!("{base}/api/v1/email/inbound"))
-        .query(&[("rcpt", a.email.as_str())])
-        .bearer_auth("a-wrong-secret-of-enough-length")
-        .body(raw.clone())
-        .send()
+    ingest(&c, "a-wrong-secret-of-enough-length", &[&email], &raw)
         .await
-        .unwrap_or_else(|e| panic!("ingest: {e}"));
-    assert_eq!(r.status(), 401);
+        .expect_status(401, "a wrong secret");
 
-    let evs = events(&http, &base, &a, 0, 0).await;
+    let evs = events(&c, &a, 0).await;
     assert_eq!(evs.len(), 1, "a resend is one event: {evs:?}");
     let e = &evs[0];
     assert_eq!(e["type"], "email.received");
@@ -202,62 +177,35 @@ async fn the_webhook_door_on_lambda_delivers_once_and_every_byte_reads_back() {
     let att = e["data"]["attachments"][0]["id"]
         .as_str()
         .unwrap_or_default();
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
+    let r = download(&c, &a, event_id, "raw", &a.token).await;
+    r.expect_status(200, "raw");
+    assert_eq!(r.bytes, raw, "the raw message, byte for byte, from S3");
+    let r = download(&c, &a, event_id, &format!("attachments/{att}"), &a.token).await;
+    r.expect_status(200, "attachment");
+    assert_eq!(r.bytes, pdf);
+    let other = c.new_address().await;
+    download(&c, &a, event_id, "raw", &other.token)
         .await
-        .unwrap_or_else(|e| panic!("raw: {e}"));
-    assert_eq!(r.status(), 200);
-    assert_eq!(
-        r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(),
-        raw,
-        "the raw message, byte for byte, from S3"
-    );
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events/{event_id}/attachments/{att}",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("attachment: {e}"));
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(), pdf);
-    let other = create(&http, &base).await;
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
-            a.id
-        ))
-        .bearer_auth(&other.token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("raw: {e}"));
-    assert_eq!(r.status(), 401, "another address's token reads nothing");
+        .expect_status(401, "another address's token reads nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
-    let base = env("AGENTADDRESS_LAMBDA_URL");
-    let http = reqwest::Client::new();
-    let a = create(&http, &base).await;
+    let c = client();
+    let a = c.new_address().await;
+    let email = email_of(&a);
     let ses_id = new_ses_id();
-    let tagged = a.email.replace('@', "+orders@");
+    let tagged = email.replace('@', "+orders@");
     let raw = as_ses_stored(
         &ses_id,
         &tagged,
-        &message("ses-1@example.com", &a.email, b"%PDF-1.4 tiny"),
+        &message("ses-1@example.com", &email, b"%PDF-1.4 tiny"),
     );
     let start = Instant::now();
     put_inbound(&ses_id, raw.clone()).await;
     let mut evs = Vec::new();
     while start.elapsed() < Duration::from_secs(5) && evs.is_empty() {
-        evs = events(&http, &base, &a, 0, 1).await;
+        evs = events(&c, &a, 1).await;
     }
     let took = start.elapsed();
     assert_eq!(evs.len(), 1, "the event within 5 s (waited {took:?})");
@@ -280,95 +228,51 @@ async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
     put_inbound(&ses_id, raw.clone()).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(
-        events(&http, &base, &a, 0, 0).await.len(),
+        events(&c, &a, 0).await.len(),
         1,
         "a redelivery makes no second event"
     );
     let event_id = e["id"].as_str().unwrap_or_default();
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events/{event_id}/raw",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("raw: {e}"));
-    assert_eq!(r.status(), 200);
-    assert_eq!(r.bytes().await.map(|b| b.to_vec()).unwrap_or_default(), raw);
+    let r = download(&c, &a, event_id, "raw", &a.token).await;
+    r.expect_status(200, "raw");
+    assert_eq!(r.bytes, raw);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
-    let base = env("AGENTADDRESS_LAMBDA_URL");
-    let http = reqwest::Client::new();
-    let a = create(&http, &base).await;
+    let c = client();
+    let a = c.new_address().await;
+    let email = email_of(&a);
     let ses_id = new_ses_id();
     // Multiparts nested 40 deep: too complex, refused for good (554 5.6.0).
-    let mut nested = format!(
-        "From: a@example.com\r\nTo: {}\r\nMIME-Version: 1.0\r\n",
-        a.email
-    );
+    let mut nested = format!("From: a@example.com\r\nTo: {email}\r\nMIME-Version: 1.0\r\n");
     for depth in 0..40 {
         nested.push_str(&format!(
             "Content-Type: multipart/mixed; boundary=\"d{depth}\"\r\n\r\n--d{depth}\r\n"
         ));
     }
     nested.push_str("Content-Type: text/plain\r\n\r\ndeep\r\n");
-    let broken = as_ses_stored(&ses_id, &a.email, nested.as_bytes());
-    put_inbound(&ses_id, broken).await;
+    put_inbound(&ses_id, as_ses_stored(&ses_id, &email, nested.as_bytes())).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert!(
-        events(&http, &base, &a, 0, 0).await.is_empty(),
-        "nothing appended"
-    );
-    let replay = || async {
-        http.post(format!("{base}/api/v1/addresses/{}/email/replay", a.id))
-            .bearer_auth(&a.token)
-            .json(&json!({"email_id": ses_id}))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("replay: {e}"))
-    };
-    let r = replay().await;
-    assert_eq!(r.status(), 400, "a refused message stays refused");
+    assert!(events(&c, &a, 0).await.is_empty(), "nothing appended");
+    replay(&c, &a, &ses_id)
+        .await
+        .expect_status(400, "a refused message stays refused");
 
     // Fixed by an operator (the object rewritten whole), then replayed by the address.
-    let fixed = as_ses_stored(
-        &ses_id,
-        &a.email,
-        &message("ses-2@example.com", &a.email, b"x"),
-    );
-    s3().await
-        .put_object()
-        .bucket(env("AGENTADDRESS_LAMBDA_BUCKET"))
-        .key(format!("inbound/{ses_id}"))
-        .body(fixed.into())
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("rewrite: {e:?}"));
-    let r = replay().await;
+    let fixed = as_ses_stored(&ses_id, &email, &message("ses-2@example.com", &email, b"x"));
+    put_inbound(&ses_id, fixed).await;
+    let r = replay(&c, &a, &ses_id).await;
     // The notification of the rewrite may have delivered it first: then replay finds it.
-    assert!(matches!(r.status().as_u16(), 200 | 201), "{}", r.status());
-    let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
-    let evs = events(&http, &base, &a, 0, 0).await;
+    assert!(matches!(r.status, 200 | 201), "{}: {}", r.status, r.text);
+    let evs = events(&c, &a, 0).await;
     assert_eq!(evs.len(), 1, "one event: {evs:?}");
-    assert_eq!(v["event"]["id"], evs[0]["id"]);
-    assert_eq!(
-        replay().await.status(),
-        200,
-        "a second replay finds the event"
-    );
-    let stranger = create(&http, &base).await;
-    let r = http
-        .post(format!(
-            "{base}/api/v1/addresses/{}/email/replay",
-            stranger.id
-        ))
-        .bearer_auth(&stranger.token)
-        .json(&json!({"email_id": ses_id}))
-        .send()
+    assert_eq!(r.json["event"]["id"], evs[0]["id"]);
+    replay(&c, &a, &ses_id)
         .await
-        .unwrap_or_else(|e| panic!("replay: {e}"));
-    assert_eq!(r.status(), 404, "not addressed to it");
+        .expect_status(200, "a second replay finds the event");
+    let stranger = c.new_address().await;
+    replay(&c, &stranger, &ses_id)
+        .await
+        .expect_status(404, "not addressed to it");
 }

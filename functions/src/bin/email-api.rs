@@ -6,5 +6,5 @@ use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&[&groups::EMAIL]).await
+    agentaddress_functions::run_http_reading_mail(&[&groups::EMAIL]).await
 }

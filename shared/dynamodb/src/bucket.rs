@@ -11,12 +11,36 @@
 //! `email_id`) never overwrites the object the winning event names; the loser's copy is
 //! deleted, or left to the lifecycle rule.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 
 use crate::store::{StoreError, StoreResult};
+
+/// Where the store keeps raw messages: the email bucket ([`EmailBucket`], S3). A trait object,
+/// so that only the programs that hand one to the store ([`crate::DynamoStore::with_email_bucket`]:
+/// the `email`, `email-api` and `purge` functions, `agentaddress purge-worker`, the tools) link
+/// the S3 client; every other Lambda function stays without it (docs/PERFORMANCE.md, "Lambda
+/// mode").
+#[async_trait]
+pub trait MessageBucket: std::fmt::Debug + Send + Sync {
+    /// The bucket's name (S3 notifications name it).
+    fn name(&self) -> &str;
+    /// The object's bytes; `None` when there is no such object. An object over `max_bytes` is
+    /// [`StoreError::Internal`].
+    async fn get(&self, key: &str, max_bytes: u64) -> StoreResult<Option<Vec<u8>>>;
+    /// Writes `body` at `key`.
+    async fn put(&self, key: &str, body: Vec<u8>) -> StoreResult<()>;
+    /// Removes `key` (no error when it does not exist).
+    async fn delete(&self, key: &str) -> StoreResult<()>;
+    /// Removes the objects under `prefix`, up to about `budget` of them; returns how many were
+    /// removed and whether any remain.
+    async fn delete_prefix(&self, prefix: &str, budget: usize) -> StoreResult<(u64, bool)>;
+}
 
 /// Where SES writes received messages.
 pub const INBOUND_PREFIX: &str = "inbound/";
@@ -56,6 +80,11 @@ pub fn inbound_key(ses_id: &str) -> Option<String> {
 }
 
 impl EmailBucket {
+    /// [`EmailBucket::new`] as the store takes it.
+    pub fn shared(sdk: &SdkConfig, name: impl Into<String>) -> Arc<dyn MessageBucket> {
+        Arc::new(Self::new(sdk, name))
+    }
+
     /// The bucket `name`, with a client of `sdk`. With an endpoint from the environment
     /// (`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`: an emulator), requests use path-style
     /// addressing (`http://host/bucket/key`), which emulators on `127.0.0.1` need.
@@ -79,14 +108,15 @@ impl EmailBucket {
             name: name.into(),
         }
     }
+}
 
-    pub fn name(&self) -> &str {
+#[async_trait]
+impl MessageBucket for EmailBucket {
+    fn name(&self) -> &str {
         &self.name
     }
 
-    /// The object's bytes; `None` when there is no such object. An object over `max_bytes` is
-    /// [`StoreError::Internal`] (nothing this store wrote is that large).
-    pub async fn get(&self, key: &str, max_bytes: u64) -> StoreResult<Option<Vec<u8>>> {
+    async fn get(&self, key: &str, max_bytes: u64) -> StoreResult<Option<Vec<u8>>> {
         let out = match self
             .client
             .get_object()
@@ -125,8 +155,8 @@ impl EmailBucket {
         Ok(Some(bytes.to_vec()))
     }
 
-    /// Writes `body` at `key` (server-side encrypted by the bucket's default).
-    pub async fn put(&self, key: &str, body: Vec<u8>) -> StoreResult<()> {
+    /// Server-side encrypted by the bucket's default.
+    async fn put(&self, key: &str, body: Vec<u8>) -> StoreResult<()> {
         self.client
             .put_object()
             .bucket(&self.name)
@@ -139,8 +169,7 @@ impl EmailBucket {
         Ok(())
     }
 
-    /// Removes `key` (no error when it does not exist).
-    pub async fn delete(&self, key: &str) -> StoreResult<()> {
+    async fn delete(&self, key: &str) -> StoreResult<()> {
         self.client
             .delete_object()
             .bucket(&self.name)
@@ -151,9 +180,8 @@ impl EmailBucket {
         Ok(())
     }
 
-    /// Removes every object under `prefix`, up to `budget` of them (at least one list page);
-    /// returns how many were removed and whether any remain.
-    pub async fn delete_prefix(&self, prefix: &str, budget: usize) -> StoreResult<(u64, bool)> {
+    /// At least one list page (1,000 keys) per call.
+    async fn delete_prefix(&self, prefix: &str, budget: usize) -> StoreResult<(u64, bool)> {
         let mut removed = 0u64;
         loop {
             let out = self
@@ -212,24 +240,16 @@ where
     E: ProvideErrorMetadata + std::fmt::Debug,
     R: std::fmt::Debug,
 {
-    match &e {
-        SdkError::ServiceError(ctx) => {
-            let code = ctx.err().code().unwrap_or("");
-            let message = format!("{op}: {code}: {}", ctx.err().message().unwrap_or(""));
-            if matches!(
-                code,
-                "SlowDown" | "InternalError" | "ServiceUnavailable" | "RequestTimeout"
-            ) {
-                StoreError::Unavailable(message)
-            } else {
-                StoreError::Internal(message)
-            }
-        }
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            StoreError::Unavailable(format!("{op}: {e:?}"))
-        }
-        _ => StoreError::Internal(format!("{op}: {e:?}")),
-    }
+    crate::item::service_err(
+        op,
+        e,
+        &[
+            "SlowDown",
+            "InternalError",
+            "ServiceUnavailable",
+            "RequestTimeout",
+        ],
+    )
 }
 
 #[cfg(test)]

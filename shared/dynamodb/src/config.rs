@@ -2,7 +2,9 @@
 
 use aws_config::SdkConfig;
 
-use crate::{DynamoStore, EmailBucket, PurgeQueue};
+use std::sync::Arc;
+
+use crate::{DynamoStore, EmailBucket, MessageBucket, PurgeQueue};
 
 /// Where the DynamoDB deployment keeps its data.
 #[derive(Debug, Clone, clap::Args)]
@@ -35,20 +37,34 @@ impl AwsConfig {
             .map_err(|e| e.to_string())
     }
 
-    /// The DynamoDB store this configuration names, with SDK clients configured from the
-    /// environment (AWS endpoints only through the SDK's own `AWS_ENDPOINT_URL*` variables) and
-    /// DynamoDB's retry policy ([`client_config`](crate::client_config)).
+    /// The DynamoDB store this configuration names, with its email bucket, SDK clients
+    /// configured from the environment (AWS endpoints only through the SDK's own
+    /// `AWS_ENDPOINT_URL*` variables) and DynamoDB's retry policy
+    /// ([`client_config`](crate::client_config)).
     pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
-        self.store_with(&sdk_config().await, tombstone_seconds)
+        let sdk = sdk_config().await;
+        let store = self.store_with(&sdk, tombstone_seconds);
+        match self.email_bucket_with(&sdk) {
+            Some(bucket) => store.with_email_bucket(bucket),
+            None => store,
+        }
     }
 
-    /// [`AwsConfig::store`], with SDK clients of `sdk` (a Lambda function passes
+    /// The configured email bucket (`None` without `AGENTADDRESS_EMAIL_BUCKET`), with an S3
+    /// client of `sdk`. Only what calls it links the S3 client: a Lambda function that does not
+    /// read mail never does.
+    pub fn email_bucket_with(&self, sdk: &SdkConfig) -> Option<Arc<dyn MessageBucket>> {
+        self.email_bucket
+            .as_deref()
+            .filter(|b| !b.is_empty())
+            .map(|b| EmailBucket::shared(sdk, b))
+    }
+
+    /// The store without its email bucket (add it with
+    /// [`DynamoStore::with_email_bucket`]), with SDK clients of `sdk` (a Lambda function passes
     /// [`lambda_sdk_config`]).
     pub fn store_with(&self, sdk: &SdkConfig, tombstone_seconds: u64) -> DynamoStore {
-        let mut store = DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds);
-        if let Some(bucket) = self.email_bucket.as_deref().filter(|b| !b.is_empty()) {
-            store = store.with_email_bucket(EmailBucket::new(sdk, bucket));
-        }
+        let store = DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds);
         match &self.purge_queue_url {
             Some(url) => store.with_purge_queue(PurgeQueue {
                 client: aws_sdk_sqs::Client::new(sdk),

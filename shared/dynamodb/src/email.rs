@@ -11,10 +11,12 @@
 //! Reads check the event's (or the record's) expiry first: an expired event's message is
 //! unreachable through the API before the lifecycle rule removes its object.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 
 use crate::append::{Cancelled, Claim};
-use crate::bucket::{inbound_key, mail_key, EmailBucket};
+use crate::bucket::{inbound_key, mail_key, MessageBucket};
 use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
@@ -33,8 +35,8 @@ pub(crate) struct EmailRecord {
 }
 
 impl DynamoStore {
-    fn bucket(&self) -> StoreResult<&EmailBucket> {
-        self.bucket.as_ref().ok_or(StoreError::NotSupported(
+    fn bucket(&self) -> StoreResult<&dyn MessageBucket> {
+        self.bucket.as_deref().ok_or(StoreError::NotSupported(
             "stored email (no email bucket configured)",
         ))
     }
@@ -60,34 +62,13 @@ impl DynamoStore {
 
     /// The bytes of the address's retained messages (the records' sizes).
     async fn stored_email_bytes(&self, id: &str, now: Millis) -> StoreResult<u64> {
-        let mut total = 0u64;
-        let mut start = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :m)")
-                .expression_attribute_values(":pk", s(pk(id)))
-                .expression_attribute_values(":m", s("M#"))
-                .projection_expression("raw_size, expires_at")
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .tally(&self.metrics)
-                .map_err(|e| sdk_err("Query emails", e))?;
-            total = out
-                .items()
-                .iter()
-                .filter(|i| get_i(i, "expires_at").is_some_and(|e| e > now))
-                .fold(total, |t, i| t.saturating_add(get_u(i, "raw_size")));
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => return Ok(total),
-            }
-        }
+        let records = self
+            .items_with_prefix(id, "M#", "raw_size, expires_at", &[], "Query emails")
+            .await?;
+        Ok(records
+            .iter()
+            .filter(|i| get_i(i, "expires_at").is_some_and(|e| e > now))
+            .fold(0u64, |t, i| t.saturating_add(get_u(i, "raw_size"))))
     }
 
     /// `Store::append_email` (the trait impl in lib.rs delegates here).
@@ -99,7 +80,7 @@ impl DynamoStore {
         now: Millis,
     ) -> StoreResult<Appended> {
         let bucket = self.bucket()?;
-        let address = self.live(id, now).await?;
+        self.live(id, now).await?;
         if let Some(record) = self.email_record(id, &email.email_id, now).await? {
             return Ok(Appended {
                 event: record.event,
@@ -111,18 +92,12 @@ impl DynamoStore {
         if stored.saturating_add(size) > limits.max_stored_email_bytes {
             return Err(StoreError::EmailStorageFull);
         }
-        // Checked again in the loop; here so that a full feed costs no object.
-        if !self
-            .quota_allows(id, address.last_sequence + 1, limits, now)
-            .await?
-        {
-            return Err(StoreError::QuotaExceeded);
-        }
-
         let raw_key = mail_key(id, &email.email_id);
-        bucket.put(&raw_key, email.raw).await?;
         let record = Claim::email(&email.email_id, &raw_key, size);
-        let (event, record) = (&email.event, &record);
+        // The object is written once, after the first quota check (a full feed costs none).
+        let written = AtomicBool::new(false);
+        let (event, record, raw, raw_key_ref, written_ref) =
+            (&email.event, &record, &email.raw, &raw_key, &written);
         let result = with_append_retries(|| async move {
             let address = self.live(id, now).await?;
             if !self
@@ -130,6 +105,10 @@ impl DynamoStore {
                 .await?
             {
                 return Err(StoreError::QuotaExceeded);
+            }
+            if !written_ref.load(Ordering::Relaxed) {
+                bucket.put(raw_key_ref, raw.clone()).await?;
+                written_ref.store(true, Ordering::Relaxed);
             }
             match self
                 .append_tx(&address, event, Some(record), None, limits, now)
@@ -150,11 +129,12 @@ impl DynamoStore {
         .await;
         // Our object is unused when another event holds the message, or when the transaction
         // surely did not apply. After `unavailable` it may have applied: keep it.
-        let unused = match &result {
-            Ok(appended) => appended.duplicate,
-            Err(StoreError::Unavailable(_)) => false,
-            Err(_) => true,
-        };
+        let unused = written.load(Ordering::Relaxed)
+            && match &result {
+                Ok(appended) => appended.duplicate,
+                Err(StoreError::Unavailable(_)) => false,
+                Err(_) => true,
+            };
         if unused {
             if let Err(e) = bucket.delete(&raw_key).await {
                 tracing::warn!(key = %raw_key, error = %e, "could not delete an unused object; the lifecycle rule will");

@@ -67,8 +67,31 @@ pub(crate) fn key(pk_value: String, sk_value: String) -> Item {
     ])
 }
 
-/// Maps a non-transactional SDK failure: throttling and transport trouble are `unavailable`.
+/// DynamoDB's error codes that mean "try again": throttling, its 500s, transaction conflicts.
+const DYNAMODB_TRANSIENT: &[&str] = &[
+    "Throttl",
+    "ProvisionedThroughputExceeded",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "TransactionInProgress",
+    "TransactionConflict",
+    "ReplicatedWriteConflict",
+];
+
+/// Maps a non-transactional DynamoDB failure: throttling and transport trouble are
+/// `unavailable`.
 pub(crate) fn sdk_err<E, R>(op: &str, e: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    service_err(op, e, DYNAMODB_TRANSIENT)
+}
+
+/// Maps an AWS SDK failure of any service: an error code containing one of `transient`, a
+/// timeout or a transport failure is `unavailable` (safe to retry); anything else `internal`.
+pub(crate) fn service_err<E, R>(op: &str, e: SdkError<E, R>, transient: &[&str]) -> StoreError
 where
     E: ProvideErrorMetadata + std::fmt::Debug,
     R: std::fmt::Debug,
@@ -77,15 +100,7 @@ where
         SdkError::ServiceError(ctx) => {
             let code = ctx.err().code().unwrap_or("");
             let message = format!("{op}: {code}: {}", ctx.err().message().unwrap_or(""));
-            if code.contains("Throttl")
-                || code.contains("ProvisionedThroughputExceeded")
-                || code.contains("RequestLimitExceeded")
-                || code.contains("InternalServerError")
-                || code.contains("ServiceUnavailable")
-                || code.contains("TransactionInProgress")
-                || code.contains("TransactionConflict")
-                || code.contains("ReplicatedWriteConflict")
-            {
+            if transient.iter().any(|t| code.contains(t)) {
                 StoreError::Unavailable(message)
             } else {
                 StoreError::Internal(message)

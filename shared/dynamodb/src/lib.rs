@@ -85,7 +85,8 @@ mod retry;
 mod state;
 
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
-pub use bucket::EmailBucket;
+pub use aws_config::SdkConfig;
+pub use bucket::{EmailBucket, MessageBucket};
 use capacity::Tally;
 pub use capacity::{CapacityUsage, Metrics};
 pub use config::{lambda_sdk_config, sdk_config, AwsConfig};
@@ -118,7 +119,7 @@ pub struct DynamoStore {
     table: String,
     tombstone_ms: i64,
     purge: Option<PurgeQueue>,
-    bucket: Option<EmailBucket>,
+    bucket: Option<Arc<dyn MessageBucket>>,
     metrics: Arc<Metrics>,
 }
 
@@ -149,15 +150,15 @@ impl DynamoStore {
 
     /// Keeps raw email messages in `bucket` (without one, the email operations answer
     /// [`StoreError::NotSupported`]).
-    pub fn with_email_bucket(mut self, bucket: EmailBucket) -> Self {
+    pub fn with_email_bucket(mut self, bucket: Arc<dyn MessageBucket>) -> Self {
         self.bucket = Some(bucket);
         self
     }
 
     /// The email bucket, when configured (the `email` function reads and removes what SES
     /// wrote there).
-    pub fn email_bucket(&self) -> Option<&EmailBucket> {
-        self.bucket.as_ref()
+    pub fn email_bucket(&self) -> Option<&dyn MessageBucket> {
+        self.bucket.as_deref()
     }
 
     /// A client configured from the environment (`AWS_ENDPOINT_URL_DYNAMODB` and the rest of
@@ -197,6 +198,47 @@ impl DynamoStore {
             return Err(StoreError::AddressGone);
         }
         Ok(record)
+    }
+
+    /// Every item of the address whose sort key begins with `prefix`, with the attributes of
+    /// `projection` (whose `#` placeholders `names` resolves), strongly consistent, across
+    /// pages.
+    async fn items_with_prefix(
+        &self,
+        id: &str,
+        prefix: &str,
+        projection: &str,
+        names: &[(&str, &str)],
+        op: &str,
+    ) -> StoreResult<Vec<Item>> {
+        let mut items = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut query = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                .expression_attribute_values(":pk", s(pk(id)))
+                .expression_attribute_values(":prefix", s(prefix))
+                .projection_expression(projection)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            for (placeholder, name) in names {
+                query = query.expression_attribute_names(*placeholder, *name);
+            }
+            let out = query
+                .send()
+                .await
+                .tally(&self.metrics)
+                .map_err(|e| sdk_err(op, e))?;
+            items.extend_from_slice(out.items());
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(items),
+            }
+        }
     }
 
     async fn get(&self, id: &str, sk: String) -> StoreResult<Option<Item>> {

@@ -1,10 +1,7 @@
 //! Durable state: listing, reading, writing and deleting keys. Writes and deletes are appends
 //! (crate docs): the state item rides in the same transaction as its feed event.
 
-use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
-
 use crate::append::{Cancelled, StateChange};
-use crate::capacity::Tally;
 use crate::domain::state::entry_size;
 use crate::domain::{Limits, Millis};
 use crate::item::*;
@@ -13,45 +10,30 @@ use crate::store::rules::{self, check_expected, StateTotals};
 use crate::store::{
     StateDeleted, StateEntry, StateListing, StateMeta, StateWritten, StoreError, StoreResult,
 };
-use crate::{DynamoStore, Item};
+use crate::DynamoStore;
 
 impl DynamoStore {
     /// `Store::list_state` (the trait impl in lib.rs delegates here).
     pub(crate) async fn list_state_impl(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
         self.live(id, now).await?;
-        let mut keys = Vec::new();
-        let mut start: Option<Item> = None;
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :s)")
-                .expression_attribute_values(":pk", s(pk(id)))
-                .expression_attribute_values(":s", s("S#"))
-                .projection_expression("#k, revision, #sz, updated_at")
-                .expression_attribute_names("#k", "key")
-                .expression_attribute_names("#sz", "size")
-                .consistent_read(true)
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .tally(&self.metrics)
-                .map_err(|e| sdk_err("Query state", e))?;
-            for item in out.items() {
-                keys.push(StateMeta {
-                    key: get_s(item, "key").unwrap_or_default(),
-                    revision: get_u(item, "revision"),
-                    size: get_u(item, "size"),
-                    updated_at: get_i(item, "updated_at").unwrap_or(0),
-                });
-            }
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
+        let items = self
+            .items_with_prefix(
+                id,
+                "S#",
+                "#k, revision, #sz, updated_at",
+                &[("#k", "key"), ("#sz", "size")],
+                "Query state",
+            )
+            .await?;
+        let mut keys: Vec<StateMeta> = items
+            .iter()
+            .map(|item| StateMeta {
+                key: get_s(item, "key").unwrap_or_default(),
+                revision: get_u(item, "revision"),
+                size: get_u(item, "size"),
+                updated_at: get_i(item, "updated_at").unwrap_or(0),
+            })
+            .collect();
         keys.sort_by(|a, b| a.key.cmp(&b.key));
         // The totals come from the items listed, not from META (read before the query): a
         // write between the two reads would otherwise show totals of another moment than the

@@ -49,7 +49,7 @@ async fn dynamo_with_bucket() -> DynamoStore {
     let sdk = agentaddress_dynamodb::sdk_config().await;
     dynamo()
         .await
-        .with_email_bucket(agentaddress_dynamodb::EmailBucket::new(&sdk, bucket()))
+        .with_email_bucket(agentaddress_dynamodb::EmailBucket::shared(&sdk, bucket()))
 }
 
 async fn make_with_bucket() -> Arc<dyn Store> {
@@ -297,9 +297,9 @@ mod email_keys {
 /// endpoints of the environment only) reaches the same table, and an address written through
 /// it reads back through the default chain's configuration.
 mod lambda_config {
-    use agentaddress_core::domain::{ids, Ingress, Limits};
+    use agentaddress_core::domain::{ids, Limits};
     use agentaddress_core::store::conformance::T0;
-    use agentaddress_core::store::{NewAddress, NewEmail, NewEvent, Store};
+    use agentaddress_core::store::{email_conformance, NewAddress, Store};
     use agentaddress_dynamodb::{lambda_sdk_config, AwsConfig, DynamoStore};
 
     #[tokio::test]
@@ -316,7 +316,10 @@ mod lambda_config {
             purge_queue_url: None,
             email_bucket: Some(super::bucket()),
         };
-        let lean = aws.store_with(&sdk, 30 * 86_400);
+        let lean = aws.store_with(&sdk, 30 * 86_400).with_email_bucket(
+            aws.email_bucket_with(&sdk)
+                .expect("the email bucket of the configuration"),
+        );
         let id = ids::new_address_id();
         lean.create_address(NewAddress {
             id: id.clone(),
@@ -338,22 +341,11 @@ mod lambda_config {
             .expect("the address is there");
         assert_eq!(read.name.as_deref(), Some("lean"));
         // The email bucket too (S3 through AWS_ENDPOINT_URL_S3 alone).
-        let event = NewEvent {
-            event_type: "email.received".into(),
-            source: None,
-            ingress: Ingress::Email,
-            data: "{}".into(),
-            http: None,
-        };
         let raw = b"Subject: lean\r\n\r\nbody\r\n".to_vec();
         let appended = lean
             .append_email(
                 &id,
-                NewEmail {
-                    email_id: "eml_lean".into(),
-                    raw: raw.clone(),
-                    event,
-                },
+                email_conformance::email("eml_lean", raw.clone()),
                 &Limits::default(),
                 T0,
             )
@@ -374,9 +366,9 @@ mod lambda_config {
 mod email_objects {
     use std::collections::HashMap;
 
-    use agentaddress_core::domain::{ids, Ingress, Limits};
-    use agentaddress_core::store::conformance::T0;
-    use agentaddress_core::store::{NewAddress, NewEmail, NewEvent, Store, StoreError};
+    use agentaddress_core::domain::{ids, Limits};
+    use agentaddress_core::store::conformance::{self, T0};
+    use agentaddress_core::store::{email_conformance, NewEmail, Store, StoreError};
     use aws_sdk_dynamodb::types::AttributeValue;
 
     async fn s3() -> aws_sdk_s3::Client {
@@ -404,35 +396,11 @@ mod email_objects {
     }
 
     async fn new_address(store: &super::DynamoStore) -> String {
-        let id = ids::new_address_id();
-        store
-            .create_address(NewAddress {
-                id: id.clone(),
-                name: None,
-                task_id: None,
-                email: format!("{id}@x.test"),
-                created_at: T0,
-                expires_at: None,
-                token_hash: ids::hash_secret("t"),
-                inbox_hash: ids::hash_secret("i"),
-            })
-            .await
-            .expect("create");
-        id
+        conformance::new_address(store, None).await.id
     }
 
     fn email(email_id: &str, raw: &[u8]) -> NewEmail {
-        NewEmail {
-            email_id: email_id.into(),
-            raw: raw.to_vec(),
-            event: NewEvent {
-                event_type: "email.received".into(),
-                source: None,
-                ingress: Ingress::Email,
-                data: format!("{{\"email_id\":\"{email_id}\"}}"),
-                http: None,
-            },
-        }
+        email_conformance::email(email_id, raw.to_vec())
     }
 
     async fn event_item(

@@ -56,7 +56,9 @@ fn limits() -> Limits {
     Limits::default()
 }
 
-async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> AddressRecord {
+/// A new address of `store` (email `{id}@inbox.test`), read back; also for a backend's own
+/// tests.
+pub async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> AddressRecord {
     let id = ids::new_address_id();
     let a = NewAddress {
         id: id.clone(),

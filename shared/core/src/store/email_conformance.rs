@@ -6,9 +6,9 @@
 
 use serde_json::json;
 
-use super::conformance::T0;
-use super::{AddressRecord, NewAddress, NewEmail, NewEvent, Store, StoreError};
-use crate::domain::{ids, Ingress, Limits, Millis};
+use super::conformance::{new_address, T0};
+use super::{NewEmail, NewEvent, Store, StoreError};
+use crate::domain::{Ingress, Limits, Millis};
 
 const SEC: Millis = 1_000;
 const DAY: Millis = 86_400_000;
@@ -41,30 +41,9 @@ macro_rules! __email_conformance_cases {
     };
 }
 
-async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> AddressRecord {
-    let id = ids::new_address_id();
-    store
-        .create_address(NewAddress {
-            id: id.clone(),
-            name: None,
-            task_id: None,
-            email: format!("{id}@inbox.test"),
-            created_at: T0,
-            expires_at,
-            token_hash: ids::hash_secret("token"),
-            inbox_hash: ids::hash_secret("inbox"),
-        })
-        .await
-        .expect("create address");
-    store
-        .get_address(&id, T0)
-        .await
-        .expect("get address")
-        .expect("address exists")
-}
-
-/// A message whose raw bytes are `raw` and whose event names `email_id`.
-fn email(email_id: &str, raw: Vec<u8>) -> NewEmail {
+/// A message whose raw bytes are `raw` and whose event names `email_id`; also for a
+/// backend's own tests.
+pub fn email(email_id: &str, raw: Vec<u8>) -> NewEmail {
     NewEmail {
         email_id: email_id.into(),
         event: NewEvent {
