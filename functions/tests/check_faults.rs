@@ -54,6 +54,9 @@ async fn checker_finds_no_anomaly_with_dynamodb_faults() {
     let before = stats(&proxy).await;
 
     let mut config = Config::new(&url, ops, 8, seed);
+    // Email through the raw-MIME webhook door (`email-api`, the stored copy in the S3
+    // emulator) is part of the mix.
+    config.email_ingest_secret = Some(env("AGENTADDRESS_TEST_INGEST_SECRET"));
     config.verbose = true;
     println!(
         "agentaddress-check: seed {seed}, {ops} operations against {url} (faults via {proxy})"
@@ -93,6 +96,13 @@ async fn checker_finds_no_anomaly_with_dynamodb_faults() {
         tx_dropped > 0,
         "no append transaction had its response dropped: the ambiguous path was not exercised"
     );
+    let emails = report
+        .by_kind
+        .get("email")
+        .and_then(|h| h.get("200"))
+        .copied()
+        .unwrap_or(0);
+    assert!(emails > 0, "no email was appended through the faults");
     assert!(
         report.anomalies.is_empty(),
         "{} anomalies with DynamoDB faults:\n{}",

@@ -28,6 +28,9 @@ async fn checker_finds_no_anomaly_on_the_lambda_stack() {
     };
     let ops = 20_000;
     let mut config = Config::new(&url, ops, 8, seed);
+    // Email through the raw-MIME webhook door (`email-api`, the stored copy in the S3
+    // emulator) is part of the mix.
+    config.email_ingest_secret = Some(env("AGENTADDRESS_TEST_INGEST_SECRET"));
     config.verbose = true;
     println!("agentaddress-check: seed {seed} against {url}");
     let report = check::run(config)
@@ -46,6 +49,7 @@ async fn checker_finds_no_anomaly_on_the_lambda_stack() {
         ("deliver_idempotent", "200"),
         ("poll", "200"),
         ("ack", "200"),
+        ("email", "200"),
     ] {
         let n = report
             .by_kind
