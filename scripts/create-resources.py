@@ -10,7 +10,8 @@ both run it, so what LocalStack users get is what the tests use. Needs only boto
   purge queue  QUEUE (default agentaddress-purge): VisibilityTimeout 60,
                RedrivePolicy maxReceiveCount 5 -> QUEUE-dlq
   email dlq    EMAIL_QUEUE-dlq (messages kept 14 days)
-  email queue  EMAIL_QUEUE (default agentaddress-email): VisibilityTimeout 60,
+  email queue  EMAIL_QUEUE (default agentaddress-email): VisibilityTimeout 60 (or
+               --email-visibility-timeout),
                RedrivePolicy maxReceiveCount 5 -> EMAIL_QUEUE-dlq, a policy letting the bucket's
                notifications in
   bucket       BUCKET (default agentaddress-email), path-style addressing: where SES stores
@@ -320,6 +321,13 @@ def main():
         help="email queue name, fed by the bucket's notifications; its DLQ is NAME-dlq (default: %(default)s)",
     )
     parser.add_argument(
+        "--email-visibility-timeout",
+        type=int,
+        default=int(EMAIL_VISIBILITY_TIMEOUT),
+        help="seconds a received email notification stays hidden before it comes back; a refused "
+        "message reaches the DLQ after 5 of them (default: %(default)s; the test stack uses less)",
+    )
+    parser.add_argument(
         "--wait",
         action="store_true",
         help="wait (up to --timeout) for the endpoints to answer instead of failing at once",
@@ -382,14 +390,16 @@ def main():
 
     redrive = json.dumps({"deadLetterTargetArn": email_dlq_arn, "maxReceiveCount": str(EMAIL_MAX_RECEIVE_COUNT)})
     email_url, email_arn, state = ensure_queue(
-        sqs, args.email_queue, {"VisibilityTimeout": EMAIL_VISIBILITY_TIMEOUT, "RedrivePolicy": redrive}
+        sqs,
+        args.email_queue,
+        {"VisibilityTimeout": str(args.email_visibility_timeout), "RedrivePolicy": redrive},
     )
     # The policy names the queue's ARN, known once the queue exists.
     _, _, policy_state = ensure_queue(sqs, args.email_queue, {"Policy": email_queue_policy(email_arn, args.bucket)})
     policy_state = "kept" if policy_state == "exists" else "set"
     log(
         f"queue {args.email_queue}: {state}, policy {policy_state} ({email_url}; visibility "
-        f"{EMAIL_VISIBILITY_TIMEOUT}s, after {EMAIL_MAX_RECEIVE_COUNT} receives -> {email_dlq_name})"
+        f"{args.email_visibility_timeout}s, after {EMAIL_MAX_RECEIVE_COUNT} receives -> {email_dlq_name})"
     )
 
     state = ensure_bucket(s3, args.bucket, sess.region_name)

@@ -133,6 +133,64 @@ async fn put_inbound(ses_id: &str, raw: Vec<u8>) {
         .unwrap_or_else(|e| panic!("put inbound/{ses_id}: {e:?}"));
 }
 
+async fn sqs() -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::new(&agentaddress_dynamodb::sdk_config().await)
+}
+
+/// The bodies of the messages now in the email queue's dead-letter queue (left there).
+async fn dead_letters() -> Vec<String> {
+    let sqs = sqs().await;
+    let dlq = format!("{}-dlq", env("AGENTADDRESS_LAMBDA_EMAIL_QUEUE"));
+    let url = sqs
+        .get_queue_url()
+        .queue_name(&dlq)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("the URL of {dlq}: {e:?}"))
+        .queue_url
+        .unwrap_or_default();
+    let out = sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("receive from {dlq}: {e:?}"));
+    out.messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect()
+}
+
+/// Invokes the `email` function as Lambda's event source mapping does, with one SQS message
+/// whose body is S3's notification of `inbound/{ses_id}`; returns the function's answer.
+async fn invoke_email(ses_id: &str, message_id: &str) -> Value {
+    let notification = json!({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+        "s3": {"bucket": {"name": env("AGENTADDRESS_LAMBDA_BUCKET")},
+               "object": {"key": format!("inbound/{ses_id}")}}
+    }]});
+    let event = json!({"Records": [{
+        "messageId": message_id, "receiptHandle": "h", "body": notification.to_string(),
+        "attributes": {}, "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:q", "awsRegion": "us-east-1"
+    }]});
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/2015-03-31/functions/email/invocations",
+            env("AGENTADDRESS_LAMBDA_URL")
+        ))
+        .json(&event)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("invoke email: {e}"));
+    assert_eq!(r.status(), 200, "the email function answered");
+    r.json()
+        .await
+        .unwrap_or_else(|e| panic!("email's answer: {e}"))
+}
+
 fn new_ses_id() -> String {
     let n: u64 = rand_like();
     format!("lambda{n:016x}t")
@@ -253,7 +311,21 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
     }
     nested.push_str("Content-Type: text/plain\r\n\r\ndeep\r\n");
     put_inbound(&ses_id, as_ses_stored(&ses_id, &email, nested.as_bytes())).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Five receives later (the test stack's email queue hides a message 5 s), its notification
+    // is in the dead-letter queue.
+    let start = Instant::now();
+    // (The notification names the key URL-encoded: `inbound%2F…` on the emulator.)
+    while !dead_letters().await.iter().any(|body| body.contains(&ses_id)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the refused message's notification never reached the dead-letter queue"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    println!(
+        "refused message: in the dead-letter queue after {:?}",
+        start.elapsed()
+    );
     assert!(events(&c, &a, 0).await.is_empty(), "nothing appended");
     replay(&c, &a, &ses_id)
         .await
@@ -275,4 +347,38 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
     replay(&c, &stranger, &ses_id)
         .await
         .expect_status(404, "not addressed to it");
+}
+
+/// The function dies after appending and before the queue hears of its success: the queue
+/// delivers the notification again, maybe to several instances at once. However many times and
+/// however concurrently, one event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_notification_delivered_again_and_concurrently_makes_one_event() {
+    let c = client();
+    let a = c.new_address().await;
+    let email = email_of(&a);
+    let ses_id = new_ses_id();
+    let raw = as_ses_stored(&ses_id, &email, &message("again@example.com", &email, b"y"));
+    put_inbound(&ses_id, raw).await;
+    // The queue's own delivery (through the bridge) and four more, two at a time.
+    for round in 0..2 {
+        let (ma, mb) = (format!("m{round}a"), format!("m{round}b"));
+        let (x, y) = tokio::join!(invoke_email(&ses_id, &ma), invoke_email(&ses_id, &mb));
+        for answer in [x, y] {
+            assert_eq!(
+                answer["batchItemFailures"],
+                json!([]),
+                "a delivery seen again succeeds: {answer}"
+            );
+        }
+    }
+    let start = Instant::now();
+    let mut evs = Vec::new();
+    while start.elapsed() < Duration::from_secs(5) && evs.is_empty() {
+        evs = events(&c, &a, 1).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let evs = events(&c, &a, 0).await;
+    assert_eq!(evs.len(), 1, "one event: {evs:?}");
+    assert_eq!(evs[0]["data"]["email_id"], ses_id.as_str());
 }
