@@ -315,7 +315,11 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
     // is in the dead-letter queue.
     let start = Instant::now();
     // (The notification names the key URL-encoded: `inbound%2F…` on the emulator.)
-    while !dead_letters().await.iter().any(|body| body.contains(&ses_id)) {
+    while !dead_letters()
+        .await
+        .iter()
+        .any(|body| body.contains(&ses_id))
+    {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "the refused message's notification never reached the dead-letter queue"

@@ -8,13 +8,15 @@
 //! `scripts/costs` does all of that. Prints a Markdown table.
 #![forbid(unsafe_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::{self as api, ApiConfig, AppState};
+use agentaddress_core::store::StoreResult;
 use agentaddress_dynamodb::AwsConfig;
-use agentaddress_dynamodb::{CapacityUsage, DynamoStore};
+use agentaddress_dynamodb::{CapacityUsage, DynamoStore, MessageBucket};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
@@ -122,6 +124,194 @@ impl Bench {
     }
 }
 
+/// The email bucket, counting the S3 requests made through it.
+#[derive(Debug)]
+struct CountingBucket {
+    inner: Arc<dyn MessageBucket>,
+    requests: AtomicU64,
+}
+
+impl CountingBucket {
+    fn new(inner: Arc<dyn MessageBucket>) -> Self {
+        Self {
+            inner,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    fn count(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageBucket for CountingBucket {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn get(&self, key: &str, max_bytes: u64) -> StoreResult<Option<Vec<u8>>> {
+        self.count();
+        self.inner.get(key, max_bytes).await
+    }
+    async fn put(&self, key: &str, body: Vec<u8>) -> StoreResult<()> {
+        self.count();
+        self.inner.put(key, body).await
+    }
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.count();
+        self.inner.delete(key).await
+    }
+    async fn delete_prefix(&self, prefix: &str, budget: usize) -> StoreResult<(u64, bool)> {
+        // A list and a batch delete per page: counted as two.
+        self.count();
+        self.count();
+        self.inner.delete_prefix(prefix, budget).await
+    }
+}
+
+/// A message to `to`, as SES stores it, with an attachment of `attachment_bytes`.
+fn ses_message(ses_id: &str, to: &str, attachment_bytes: usize) -> Vec<u8> {
+    use base64::Engine;
+    let text = "Hello, this is the text of a typical short message.\r\n".repeat(60);
+    let mut raw = format!(
+        "Return-Path: <ada@example.com>\r\n\
+         Received: from mail.example.com by inbound-smtp.us-east-1.amazonaws.com with SMTP id \
+         {ses_id} for {to}; Tue, 01 Dec 2026 10:00:00 +0000\r\n\
+         Authentication-Results: amazonses.com; spf=pass smtp.mailfrom=example.com; dkim=pass \
+         header.i=@example.com; dmarc=pass header.from=example.com;\r\n\
+         From: Ada <ada@example.com>\r\nTo: {to}\r\nSubject: Costs\r\n\
+         Message-ID: <{ses_id}@example.com>\r\nMIME-Version: 1.0\r\n\
+         Content-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
+         --b\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n{text}"
+    );
+    if attachment_bytes > 0 {
+        let data: Vec<u8> = (0..attachment_bytes).map(|i| (i % 251) as u8).collect();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(data);
+        raw.push_str("--b\r\nContent-Type: application/pdf\r\n");
+        raw.push_str("Content-Disposition: attachment; filename=\"report.pdf\"\r\n");
+        raw.push_str("Content-Transfer-Encoding: base64\r\n\r\n");
+        for line in b64.as_bytes().chunks(76) {
+            raw.push_str(&String::from_utf8_lossy(line));
+            raw.push_str("\r\n");
+        }
+    }
+    raw.push_str("--b--\r\n");
+    raw.into_bytes()
+}
+
+/// What receiving an email costs on AWS (the `email` function: read SES's object, deliver,
+/// remove the object), and what reading it back costs (the `email-api` function).
+async fn email_costs(
+    b: &Bench,
+    bucket: &CountingBucket,
+    service: &ServiceConfig,
+    token: &str,
+    created: &Value,
+) {
+    let config = ApiConfig::from(service);
+    let to = created["address"]["email"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    let root = path(&created["endpoints"]["events_url"])
+        .trim_end_matches("/events")
+        .to_owned();
+    println!();
+    println!("| email operation | DynamoDB requests | read units | write units | S3 requests | ms (local) |");
+    println!("|---|---|---|---|---|---|");
+    for (label, attachment) in [
+        ("receive an email, 3 KB, no attachment", 0usize),
+        (
+            "receive an email with a 200 KB attachment (275 KB raw)",
+            200_000,
+        ),
+    ] {
+        let ses_id = format!(
+            "costs{}",
+            agentaddress_core::domain::ids::new_address_id()
+                .to_ascii_lowercase()
+                .replace('_', "")
+        );
+        let raw = ses_message(&ses_id, &to, attachment);
+        let key = format!("inbound/{ses_id}");
+        bucket
+            .inner
+            .put(&key, raw)
+            .await
+            .unwrap_or_else(|e| panic!("put {key}: {e}"));
+        let s3_before = bucket.requests();
+        let mut event_id = String::new();
+        let (u, d) = b
+            .measure(|| async {
+                // What the `email` function does for one notification.
+                let raw = bucket
+                    .get(&key, agentaddress_dynamodb::MAX_OBJECT_BYTES)
+                    .await
+                    .unwrap_or_else(|e| panic!("get: {e}"))
+                    .unwrap_or_else(|| panic!("{key} is missing"));
+                let outcome = agentaddress_email::deliver_ses(
+                    &b.store,
+                    &raw,
+                    &ses_id,
+                    &config.email_domain,
+                    &config.limits,
+                    agentaddress_core::domain::Clock::now(&agentaddress_core::domain::SystemClock),
+                    None,
+                )
+                .await;
+                match outcome {
+                    agentaddress_email::ProviderOutcome::Settled(d) if d.accepted.len() == 1 => {
+                        event_id = d.accepted[0].event.id.clone();
+                    }
+                    other => panic!("not delivered: {other:?}"),
+                }
+                bucket
+                    .delete(&key)
+                    .await
+                    .unwrap_or_else(|e| panic!("delete: {e}"));
+            })
+            .await;
+        email_row(label, u, bucket.requests() - s3_before, d);
+        if attachment > 0 {
+            for (what, rest) in [
+                ("download its attachment", "attachments/att_2"),
+                ("download its raw message", "raw"),
+            ] {
+                let s3_before = bucket.requests();
+                let (u, d) = b
+                    .measure(|| async {
+                        let (s, v) = b
+                            .call(
+                                "GET",
+                                &format!("{root}/events/{event_id}/{rest}"),
+                                Some(token),
+                                None,
+                            )
+                            .await;
+                        assert_eq!(s, 200, "{v}");
+                    })
+                    .await;
+                email_row(what, u, bucket.requests() - s3_before, d);
+            }
+        }
+    }
+    println!();
+}
+
+fn email_row(what: &str, u: CapacityUsage, s3: u64, d: Duration) {
+    println!(
+        "| {what} | {} | {:.1} | {:.1} | {s3} | {:.1} |",
+        u.requests,
+        u.read_units,
+        u.write_units,
+        d.as_secs_f64() * 1000.0
+    );
+}
+
 fn path(url: &Value) -> String {
     let s = url.as_str().unwrap_or("");
     s.strip_prefix("http://costs.local").unwrap_or(s).to_owned()
@@ -146,7 +336,15 @@ async fn main() {
     } = Args::parse();
     let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let store = aws.store(service.tombstone_seconds).await;
+    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let bucket = Arc::new(CountingBucket::new(
+        aws.email_bucket_with(&sdk).unwrap_or_else(|| {
+            panic!("AGENTADDRESS_EMAIL_BUCKET is not set (scripts/costs creates a bucket)")
+        }),
+    ));
+    let store = aws
+        .store_with(&sdk, service.tombstone_seconds)
+        .with_email_bucket(bucket.clone());
     let mut config = ApiConfig::from(&service);
     config.limits.polls_per_minute = 10_000;
     config.limits.creations_per_minute = 10_000;
@@ -263,6 +461,8 @@ async fn main() {
         })
         .await;
     row(&format!("idle long poll, {idle} s"), u, d);
+
+    email_costs(&b, &bucket, &service, &token, &created).await;
 
     // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
     // poll, as in a conversation in progress where the agent polls again right after each
