@@ -194,7 +194,8 @@ pub async fn email_message(
             continue;
         }
         let Some(email_id) = agentaddress_email::ses_message_id(&object.key, INBOUND_PREFIX) else {
-            tracing::warn!(key = %object.key, "not a message SES wrote (inbound/{{id}}): ignored");
+            // SES's setup notification too (written when the receipt rule is created).
+            tracing::info!(key = %object.key, "not a message SES received (inbound/{{id}}): ignored");
             continue;
         };
         let raw = match bucket
@@ -231,8 +232,10 @@ pub async fn email_message(
                     tracing::warn!(key = %object.key, error = %e, "could not remove a delivered message; the lifecycle rule will");
                 }
             }
-            ProviderOutcome::Retry(_, why) => return Err(format!("{email_id}: {why}")),
-            ProviderOutcome::Poison(why) => return Err(format!("{email_id}: {why}")),
+            failed => {
+                let why = failed.failure(&config.email_domain).unwrap_or_default();
+                return Err(format!("{email_id}: {why}"));
+            }
         }
     }
     Ok(())

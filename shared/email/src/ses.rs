@@ -281,9 +281,14 @@ pub fn ses_message_id<'k>(key: &'k str, prefix: &str) -> Option<&'k str> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         && id != "."
-        && id != "..";
+        && id != ".."
+        && id != SES_SETUP_NOTIFICATION;
     valid.then_some(id)
 }
+
+/// The object SES writes under the prefix when a receipt rule with an S3 action is created (to
+/// prove it may write): not a received message.
+pub const SES_SETUP_NOTIFICATION: &str = "AMAZON_SES_SETUP_NOTIFICATION";
 
 // ---------------------------------------------------------------------------------------------
 // S3 event notifications
@@ -1215,6 +1220,11 @@ hi
             ses_message_id("inbound/A.b_c-9", "inbound/"),
             Some("A.b_c-9")
         );
+        assert_eq!(
+            ses_message_id("inbound/AMAZON_SES_SETUP_NOTIFICATION", "inbound/"),
+            None,
+            "SES's setup notification is not a message"
+        );
         let max = format!("inbound/{}", "a".repeat(MAX_SES_MESSAGE_ID_BYTES));
         assert!(ses_message_id(&max, "inbound/").is_some());
         let over = format!("inbound/{}", "a".repeat(MAX_SES_MESSAGE_ID_BYTES + 1));
@@ -1234,12 +1244,6 @@ hi
         ] {
             assert_eq!(ses_message_id(key, "inbound/"), None, "{key:?}");
         }
-        // SES's setup notification object is a valid id: the consumer finds it has no
-        // recipient of the domain.
-        assert_eq!(
-            ses_message_id("inbound/AMAZON_SES_SETUP_NOTIFICATION", "inbound/"),
-            Some("AMAZON_SES_SETUP_NOTIFICATION")
-        );
     }
 
     /// Header-ish lines, to give the parsers something close to what they expect.
