@@ -386,12 +386,8 @@ pub async fn replay_email(
                 None => Err(not_found()),
             }
         }
-        agentaddress_email::ProviderOutcome::Poison(why)
-            if why.starts_with("the message names") =>
-        {
-            Err(not_found())
-        }
-        agentaddress_email::ProviderOutcome::Poison(why) => Err(ApiError::invalid(format!(
+        agentaddress_email::ProviderOutcome::NoRecipient => Err(not_found()),
+        agentaddress_email::ProviderOutcome::Refused(why) => Err(ApiError::invalid(format!(
             "The stored message is refused: {why}"
         ))),
     }

@@ -17,9 +17,26 @@ pub enum ProviderOutcome {
     Settled(Delivery),
     /// A recipient should get it later (a full feed, the store unavailable…): try again.
     Retry(Delivery, String),
-    /// The message itself is refused, or names no recipient of ours: retrying cannot help, but
-    /// an operator may fix and replay it (the dead-letter queue keeps the notification).
-    Poison(String),
+    /// The message itself is refused (why): retrying cannot help, but an operator may fix and
+    /// replay it (the dead-letter queue keeps the notification).
+    Refused(String),
+    /// The message names no recipient of the domain (of the replaying address, for a replay).
+    NoRecipient,
+}
+
+impl ProviderOutcome {
+    /// Why the provider should see the message again (a queue consumer reports it as failed),
+    /// or `None` when it is settled.
+    pub fn failure(&self, domain: &str) -> Option<String> {
+        match self {
+            ProviderOutcome::Settled(_) => None,
+            ProviderOutcome::Retry(_, why) => Some(why.clone()),
+            ProviderOutcome::Refused(why) => Some(format!("refused: {why}")),
+            ProviderOutcome::NoRecipient => {
+                Some(format!("the message names no recipient of {domain}"))
+            }
+        }
+    }
 }
 
 /// Delivers the message SES stored as `email_id` to the recipients its SES headers name —
@@ -46,7 +63,7 @@ pub async fn deliver_ses(
         None => envelope.rcpt_to,
     };
     if rcpt_to.is_empty() {
-        return ProviderOutcome::Poison(format!("the message names no recipient of {domain}"));
+        return ProviderOutcome::NoRecipient;
     }
     let inbound = Inbound {
         raw,
@@ -66,9 +83,7 @@ pub fn outcome(delivery: Delivery) -> ProviderOutcome {
     let mut retry = None;
     for r in &delivery.rejected {
         match &r.rejection {
-            Rejection::Message(refusal) => {
-                return ProviderOutcome::Poison(format!("refused: {refusal}"))
-            }
+            Rejection::Message(refusal) => return ProviderOutcome::Refused(refusal.to_string()),
             Rejection::UnknownRecipient | Rejection::AddressGone => {}
             other => {
                 retry.get_or_insert_with(|| format!("{}: {other}", r.rcpt));
@@ -78,5 +93,67 @@ pub fn outcome(delivery: Delivery) -> ProviderOutcome {
     match retry {
         Some(why) => ProviderOutcome::Retry(delivery, why),
         None => ProviderOutcome::Settled(delivery),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Rejected, Rejection};
+
+    fn delivery(rejections: &[Rejection]) -> Delivery {
+        Delivery {
+            accepted: Vec::new(),
+            rejected: rejections
+                .iter()
+                .map(|r| Rejected {
+                    rcpt: "a@inbox.test".into(),
+                    rejection: r.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn recipients_refused_for_good_settle_the_message() {
+        let d = delivery(&[Rejection::UnknownRecipient, Rejection::AddressGone]);
+        assert_eq!(outcome(d.clone()), ProviderOutcome::Settled(d));
+        assert_eq!(outcome(delivery(&[])).failure("inbox.test"), None);
+    }
+
+    #[test]
+    fn a_temporary_rejection_brings_the_message_back() {
+        for r in [
+            Rejection::FeedFull,
+            Rejection::StorageFull,
+            Rejection::Unavailable,
+            Rejection::Internal,
+        ] {
+            let o = outcome(delivery(&[Rejection::UnknownRecipient, r.clone()]));
+            assert!(matches!(o, ProviderOutcome::Retry(..)), "{r:?}: {o:?}");
+            assert!(o.failure("inbox.test").is_some());
+        }
+    }
+
+    #[test]
+    fn a_refused_message_is_refused_whatever_else_happened() {
+        let refusal = crate::Refusal::TooComplex {
+            why: "nested too deeply",
+        };
+        let o = outcome(delivery(&[
+            Rejection::FeedFull,
+            Rejection::Message(refusal.clone()),
+        ]));
+        assert_eq!(o, ProviderOutcome::Refused(refusal.to_string()));
+        assert_eq!(
+            o.failure("inbox.test").as_deref(),
+            Some("refused: message too complex: nested too deeply")
+        );
+        assert_eq!(
+            ProviderOutcome::NoRecipient
+                .failure("inbox.test")
+                .as_deref(),
+            Some("the message names no recipient of inbox.test")
+        );
     }
 }
