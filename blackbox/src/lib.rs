@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod email;
 pub mod mcp;
 pub mod scenarios;
 

@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use agentaddress_blackbox::email::{self, BoxFuture, Door, Kept, Mail, WebhookDoor};
 use agentaddress_blackbox::{Address, Client, Resp};
 use serde_json::{json, Value};
 
@@ -24,13 +25,6 @@ fn client() -> Client {
     Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
 }
 
-fn email_of(a: &Address) -> String {
-    a.created["address"]["email"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no email in {}", a.created))
-        .to_owned()
-}
-
 /// The address's events after 0, waiting up to `wait` seconds for one.
 async fn events(c: &Client, a: &Address, wait: u64) -> Vec<Value> {
     let r = c.events(a, &format!("after=0&wait={wait}")).await;
@@ -42,56 +36,6 @@ async fn events(c: &Client, a: &Address, wait: u64) -> Vec<Value> {
 async fn download(c: &Client, a: &Address, event_id: &str, rest: &str, token: &str) -> Resp {
     c.get(&format!("{}/events/{event_id}/{rest}", a.root), Some(token))
         .await
-}
-
-/// `POST {root}/email/replay` of `email_id` by `a`.
-async fn replay(c: &Client, a: &Address, email_id: &str) -> Resp {
-    c.json(
-        "POST",
-        &format!("{}/email/replay", a.root),
-        Some(&a.token),
-        &json!({ "email_id": email_id }),
-    )
-    .await
-}
-
-/// The raw-MIME webhook door, with `secret`.
-async fn ingest(c: &Client, secret: &str, rcpts: &[&str], raw: &[u8]) -> Resp {
-    let query: Vec<String> = rcpts.iter().map(|r| format!("rcpt={r}")).collect();
-    c.send(
-        "POST",
-        &format!("/api/v1/email/inbound?{}", query.join("&")),
-        Some(secret),
-        &[("content-type", "message/rfc822")],
-        Some(raw.to_vec()),
-    )
-    .await
-}
-
-fn message(message_id: &str, to: &str, attachment: &[u8]) -> Vec<u8> {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(attachment);
-    format!(
-        "From: Ada Lovelace <ada@example.com>\r\n\
-         To: {to}\r\n\
-         Subject: Invoice\r\n\
-         Message-ID: <{message_id}>\r\n\
-         MIME-Version: 1.0\r\n\
-         Content-Type: multipart/mixed; boundary=\"b1\"\r\n\
-         \r\n\
-         --b1\r\n\
-         Content-Type: text/plain; charset=utf-8\r\n\
-         \r\n\
-         Please find the invoice attached.\r\n\
-         --b1\r\n\
-         Content-Type: application/pdf\r\n\
-         Content-Disposition: attachment; filename=\"invoice.pdf\"\r\n\
-         Content-Transfer-Encoding: base64\r\n\
-         \r\n\
-         {b64}\r\n\
-         --b1--\r\n"
-    )
-    .into_bytes()
 }
 
 /// `message` as SES's S3 action stores it: SES's own headers on top.
@@ -191,73 +135,98 @@ async fn invoke_email(ses_id: &str, message_id: &str) -> Value {
         .unwrap_or_else(|e| panic!("email's answer: {e}"))
 }
 
-fn new_ses_id() -> String {
-    let n: u64 = rand_like();
-    format!("lambda{n:016x}t")
+/// The SES door: `mail` stored as SES's S3 action stores it, under `inbound/{mail.id}`; S3
+/// notifies the email queue, and the email function delivers it. Delivering it again writes the
+/// object again, as SES retrying would: S3 notifies again.
+struct BucketDoor;
+
+impl Door for BucketDoor {
+    fn provider(&self) -> &'static str {
+        "ses"
+    }
+
+    fn deliver<'a>(
+        &'a self,
+        _c: &'a Client,
+        mail: &'a Mail,
+        _again: bool,
+    ) -> BoxFuture<'a, Option<Resp>> {
+        Box::pin(async move {
+            put_inbound(&mail.id, self.stored_bytes(mail)).await;
+            None
+        })
+    }
+
+    fn stored_bytes(&self, mail: &Mail) -> Vec<u8> {
+        let rcpt = mail.rcpts.first().map(String::as_str).unwrap_or_default();
+        as_ses_stored(&mail.id, rcpt, &mail.raw)
+    }
 }
 
-fn rand_like() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    h.finish()
+/// The messages the stack keeps for an address: objects under `mail/{address_id}/`.
+struct Objects;
+
+impl Kept for Objects {
+    fn messages<'a>(&'a self, address_id: &'a str) -> BoxFuture<'a, usize> {
+        Box::pin(async move {
+            let out = s3()
+                .await
+                .list_objects_v2()
+                .bucket(env("AGENTADDRESS_LAMBDA_BUCKET"))
+                .prefix(format!("mail/{address_id}/"))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("list mail/{address_id}/: {e:?}"));
+            out.contents().len()
+        })
+    }
+}
+
+fn webhook() -> WebhookDoor {
+    WebhookDoor {
+        secret: env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_webhook_door_on_lambda_delivers_once_and_every_byte_reads_back() {
-    let secret = env("AGENTADDRESS_TEST_INGEST_SECRET");
-    let c = client();
-    let a = c.new_address().await;
-    let email = email_of(&a);
-    let pdf: Vec<u8> = (0..=255u8).cycle().take(20_000).collect();
-    let raw = message("webhook-1@example.com", &email, &pdf);
-    for attempt in 0..2 {
-        let r = ingest(&c, &secret, &[&email, "nobody@inbox.localhost"], &raw).await;
-        r.expect_status(200, &format!("ingest, attempt {attempt}"));
-        assert_eq!(r.json["accepted"], json!([email]), "{}", r.text);
-        assert_eq!(r.json["rejected"][0]["code"], "not_found", "{}", r.text);
-    }
-    ingest(&c, "a-wrong-secret-of-enough-length", &[&email], &raw)
-        .await
-        .expect_status(401, "a wrong secret");
+async fn through_the_webhook_door_mail_reaches_a_waiting_poll_and_every_byte_reads_back() {
+    email::mail_reaches_a_waiting_poll_and_reads_back(&client(), &webhook(), &Objects).await;
+}
 
-    let evs = events(&c, &a, 0).await;
-    assert_eq!(evs.len(), 1, "a resend is one event: {evs:?}");
-    let e = &evs[0];
-    assert_eq!(e["type"], "email.received");
-    assert_eq!(e["data"]["provider"], "webhook");
-    let event_id = e["id"].as_str().unwrap_or_default();
-    let att = e["data"]["attachments"][0]["id"]
-        .as_str()
-        .unwrap_or_default();
-    let r = download(&c, &a, event_id, "raw", &a.token).await;
-    r.expect_status(200, "raw");
-    assert_eq!(r.bytes, raw, "the raw message, byte for byte, from S3");
-    let r = download(&c, &a, event_id, &format!("attachments/{att}"), &a.token).await;
-    r.expect_status(200, "attachment");
-    assert_eq!(r.bytes, pdf);
-    let other = c.new_address().await;
-    download(&c, &a, event_id, "raw", &other.token)
-        .await
-        .expect_status(401, "another address's token reads nothing");
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn through_the_bucket_mail_reaches_a_waiting_poll_and_every_byte_reads_back() {
+    email::mail_reaches_a_waiting_poll_and_reads_back(&client(), &BucketDoor, &Objects).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_address_never_reads_anothers_mail_through_either_door() {
+    let c = client();
+    email::one_address_never_reads_anothers_mail(&c, &webhook()).await;
+    email::one_address_never_reads_anothers_mail(&c, &BucketDoor).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_webhook_door_on_lambda_refuses_what_it_must() {
+    // The stack runs with the default limit.
+    email::webhook_refusals(
+        &client(),
+        &env("AGENTADDRESS_TEST_INGEST_SECRET"),
+        10_000_000,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
     let c = client();
     let a = c.new_address().await;
-    let email = email_of(&a);
-    let ses_id = new_ses_id();
+    let email = email::email_of(&a);
+    let ses_id = email::unique("lambda");
     let tagged = email.replace('@', "+orders@");
     let raw = as_ses_stored(
         &ses_id,
         &tagged,
-        &message("ses-1@example.com", &email, b"%PDF-1.4 tiny"),
+        &email::message("ses-1@example.com", &email, b"%PDF-1.4 tiny"),
     );
     let start = Instant::now();
     put_inbound(&ses_id, raw.clone()).await;
@@ -300,8 +269,8 @@ async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
 async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
     let c = client();
     let a = c.new_address().await;
-    let email = email_of(&a);
-    let ses_id = new_ses_id();
+    let email = email::email_of(&a);
+    let ses_id = email::unique("lambda");
     // Multiparts nested 40 deep: too complex, refused for good (554 5.6.0).
     let mut nested = format!("From: a@example.com\r\nTo: {email}\r\nMIME-Version: 1.0\r\n");
     for depth in 0..40 {
@@ -331,24 +300,28 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
         start.elapsed()
     );
     assert!(events(&c, &a, 0).await.is_empty(), "nothing appended");
-    replay(&c, &a, &ses_id)
+    email::replay(&c, &a, &ses_id)
         .await
         .expect_status(400, "a refused message stays refused");
 
     // Fixed by an operator (the object rewritten whole), then replayed by the address.
-    let fixed = as_ses_stored(&ses_id, &email, &message("ses-2@example.com", &email, b"x"));
+    let fixed = as_ses_stored(
+        &ses_id,
+        &email,
+        &email::message("ses-2@example.com", &email, b"x"),
+    );
     put_inbound(&ses_id, fixed).await;
-    let r = replay(&c, &a, &ses_id).await;
+    let r = email::replay(&c, &a, &ses_id).await;
     // The notification of the rewrite may have delivered it first: then replay finds it.
     assert!(matches!(r.status, 200 | 201), "{}: {}", r.status, r.text);
     let evs = events(&c, &a, 0).await;
     assert_eq!(evs.len(), 1, "one event: {evs:?}");
     assert_eq!(r.json["event"]["id"], evs[0]["id"]);
-    replay(&c, &a, &ses_id)
+    email::replay(&c, &a, &ses_id)
         .await
         .expect_status(200, "a second replay finds the event");
     let stranger = c.new_address().await;
-    replay(&c, &stranger, &ses_id)
+    email::replay(&c, &stranger, &ses_id)
         .await
         .expect_status(404, "not addressed to it");
 }
@@ -360,9 +333,13 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
 async fn a_notification_delivered_again_and_concurrently_makes_one_event() {
     let c = client();
     let a = c.new_address().await;
-    let email = email_of(&a);
-    let ses_id = new_ses_id();
-    let raw = as_ses_stored(&ses_id, &email, &message("again@example.com", &email, b"y"));
+    let email = email::email_of(&a);
+    let ses_id = email::unique("lambda");
+    let raw = as_ses_stored(
+        &ses_id,
+        &email,
+        &email::message("again@example.com", &email, b"y"),
+    );
     put_inbound(&ses_id, raw).await;
     // The queue's own delivery (through the bridge) and four more, two at a time.
     for round in 0..2 {
@@ -385,4 +362,74 @@ async fn a_notification_delivered_again_and_concurrently_makes_one_event() {
     let evs = events(&c, &a, 0).await;
     assert_eq!(evs.len(), 1, "one event: {evs:?}");
     assert_eq!(evs[0]["data"]["email_id"], ses_id.as_str());
+}
+
+/// Lambda answers at most 6 MB: a download over 4 MiB is a `303 See Other` to a short-lived
+/// link (docs/API.md §11) that serves the same bytes, with the same content type and
+/// disposition, without the token; a client following redirects (which drops the token on the
+/// way to another host) just gets the bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
+    let c = client();
+    let a = c.new_address().await;
+    let email = email::email_of(&a);
+    let ses_id = email::unique("lambda");
+    let pdf: Vec<u8> = (0..5_000_000u32).map(|n| (n % 253) as u8).collect();
+    let message = email::message(&format!("{ses_id}@example.com"), &email, &pdf);
+    let raw = as_ses_stored(&ses_id, &email, &message);
+    put_inbound(&ses_id, raw.clone()).await;
+    let evs = events(&c, &a, 10).await;
+    assert_eq!(evs.len(), 1, "the large message's event: {evs:?}");
+    let event_id = evs[0]["id"].as_str().unwrap_or_default();
+    let att = evs[0]["data"]["attachments"][0]["id"]
+        .as_str()
+        .unwrap_or_default();
+
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"));
+    for (rest, expected, content_type) in [
+        (format!("attachments/{att}"), &pdf, "application/pdf"),
+        ("raw".to_owned(), &raw, "message/rfc822"),
+    ] {
+        let r = no_redirects
+            .get(format!("{}/events/{event_id}/{rest}", a.root))
+            .bearer_auth(&a.token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {rest}: {e}"));
+        assert_eq!(r.status(), 303, "{rest}");
+        assert_eq!(r.headers()["cache-control"], "private, no-store", "{rest}");
+        assert_eq!(r.headers()["referrer-policy"], "no-referrer", "{rest}");
+        let link = r.headers()["location"]
+            .to_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            !link.contains(&a.token),
+            "the link does not carry the token"
+        );
+        let r = reqwest::get(&link)
+            .await
+            .unwrap_or_else(|e| panic!("GET the link of {rest}: {e}"));
+        assert_eq!(r.status(), 200, "{rest} through its link");
+        assert_eq!(r.headers()["content-type"], content_type, "{rest}");
+        assert!(
+            r.headers()["content-disposition"]
+                .to_str()
+                .unwrap_or_default()
+                .starts_with("attachment; filename*=UTF-8''"),
+            "{rest}: {:?}",
+            r.headers()
+        );
+        let bytes = r
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("read {rest}: {e}"));
+        assert!(bytes.as_ref() == expected.as_slice(), "{rest}: the bytes differ");
+    }
+    let r = download(&c, &a, event_id, "raw", &a.token).await;
+    r.expect_status(200, "the raw message, following the redirect");
+    assert!(r.bytes == raw, "the followed download differs");
 }

@@ -171,6 +171,18 @@ impl MessageBucket for CountingBucket {
         self.count();
         self.inner.delete_prefix(prefix, budget).await
     }
+    async fn download_url(
+        &self,
+        key: &str,
+        content_type: &str,
+        disposition: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<String> {
+        // Signed locally: no request to S3 (the client's GET is S3's, counted by nobody here).
+        self.inner
+            .download_url(key, content_type, disposition, ttl)
+            .await
+    }
 }
 
 /// A message to `to`, as SES stores it, with an attachment of `attachment_bytes`.

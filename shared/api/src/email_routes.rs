@@ -15,6 +15,7 @@ use super::handlers::event_id_param;
 use super::request::ReplayEmailRequest;
 use super::{json_response, ApiError, AppState};
 use crate::domain::ids;
+use crate::store::Download;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -155,8 +156,17 @@ pub async fn inbound_email(
     ))
 }
 
-/// Headers every download of untrusted bytes carries: never rendered, never sniffed.
-fn download(content_type: &str, filename: &str, bytes: Vec<u8>) -> Response {
+/// A download of untrusted bytes: never rendered, never sniffed, never cached. When the store
+/// says the deployment cannot answer that many bytes itself (on AWS: over 4 MiB), a `303 See
+/// Other` to the short-lived link it gives, which answers the same content type and disposition.
+async fn download(
+    state: &AppState,
+    address_id: &str,
+    email_id: &str,
+    content_type: &str,
+    filename: &str,
+    bytes: Vec<u8>,
+) -> ApiResult {
     let content_type = HeaderValue::from_str(content_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
     let disposition = HeaderValue::from_str(&format!(
@@ -164,7 +174,40 @@ fn download(content_type: &str, filename: &str, bytes: Vec<u8>) -> Response {
         percent_encode_filename(filename)
     ))
     .unwrap_or(HeaderValue::from_static("attachment"));
-    (
+    let link = state
+        .store
+        .download_link(
+            address_id,
+            email_id,
+            &Download {
+                content_type: content_type.to_str().unwrap_or("application/octet-stream"),
+                disposition: disposition.to_str().unwrap_or("attachment"),
+                bytes: &bytes,
+            },
+        )
+        .await?;
+    let no_store = (
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    if let Some(link) = link {
+        let location = HeaderValue::from_str(&link)
+            .map_err(|e| ApiError::Internal(format!("download link is no header value: {e}")))?;
+        return Ok((
+            StatusCode::SEE_OTHER,
+            [
+                (header::LOCATION, location),
+                no_store,
+                // The link is a bearer of the bytes: never sent on as a referrer.
+                (
+                    header::REFERRER_POLICY,
+                    HeaderValue::from_static("no-referrer"),
+                ),
+            ],
+        )
+            .into_response());
+    }
+    Ok((
         StatusCode::OK,
         [
             (header::CONTENT_TYPE, content_type),
@@ -177,14 +220,11 @@ fn download(content_type: &str, filename: &str, bytes: Vec<u8>) -> Response {
                 header::CONTENT_SECURITY_POLICY,
                 HeaderValue::from_static("sandbox"),
             ),
-            (
-                header::CACHE_CONTROL,
-                HeaderValue::from_static("private, no-store"),
-            ),
+            no_store,
         ],
         bytes,
     )
-        .into_response()
+        .into_response())
 }
 
 /// RFC 8187 `attr-char`s stay, every other byte is `%XX`.
@@ -235,6 +275,7 @@ fn attachment_id_param(attachment_id: &str) -> Result<(), ApiError> {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The attachment's decoded bytes, with its declared content type", content_type = "application/octet-stream"),
+        (status = 303, description = "Too large for this deployment to answer itself (on AWS, over 4 MiB): `Location` is a link that serves it for 5 minutes without a token"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
     )
@@ -253,6 +294,7 @@ pub async fn get_attachment(
         .email_of_event(&address_id, &event_id, now)
         .await?;
     let limits = agentaddress_email::email_limits(&state.config.limits);
+    let email_id = stored.email_id.clone();
     // Parsing a stored message is CPU work of up to the raw limit: off the async threads.
     let found = tokio::task::spawn_blocking(move || {
         agentaddress_email::attachment(&stored.raw, &attachment_id, &limits)
@@ -260,11 +302,15 @@ pub async fn get_attachment(
     .await
     .map_err(|e| ApiError::Internal(format!("attachment extraction failed: {e}")))?;
     let attachment = found.ok_or_else(|| ApiError::not_found("No such attachment."))?;
-    Ok(download(
+    download(
+        &state,
+        &address_id,
+        &email_id,
         &safe_content_type(&attachment.content_type),
         &attachment.filename,
         attachment.bytes,
-    ))
+    )
+    .await
 }
 
 #[utoipa::path(
@@ -273,6 +319,7 @@ pub async fn get_attachment(
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The message as received", content_type = "message/rfc822"),
+        (status = 303, description = "Too large for this deployment to answer itself (on AWS, over 4 MiB): `Location` is a link that serves it for 5 minutes without a token"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
     )
@@ -289,11 +336,15 @@ pub async fn get_raw_email(
         .store
         .email_of_event(&address_id, &event_id, now)
         .await?;
-    Ok(download(
+    download(
+        &state,
+        &address_id,
+        &stored.email_id,
         "message/rfc822",
         &format!("{}.eml", stored.email_id),
         stored.raw,
-    ))
+    )
+    .await
 }
 
 #[utoipa::path(

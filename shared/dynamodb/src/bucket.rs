@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | `inbound/{ses-message-id}` | SES's receipt rule (S3 action) | the `email` function, replay | by the `email` function once delivered; else by the lifecycle rule |
 //! | `mail/{address_id}/{email_id}/{nonce}` | the store, before the append that names it | attachment and raw downloads | with the address (purge), else by the lifecycle rule |
+//! | `mail/{address_id}/{email_id}/download-{nonce}` | a download over [`crate::INLINE_DOWNLOAD_MAX`] bytes | the client, through a presigned URL | with the address (purge), else by the lifecycle rule |
 //!
 //! Each address has its own copy of a message, so purging one address never removes another's.
 //! The nonce makes every write a new object: a message appended twice concurrently (the same
@@ -40,6 +41,15 @@ pub trait MessageBucket: std::fmt::Debug + Send + Sync {
     /// Removes the objects under `prefix`, up to about `budget` of them; returns how many were
     /// removed and whether any remain.
     async fn delete_prefix(&self, prefix: &str, budget: usize) -> StoreResult<(u64, bool)>;
+    /// A URL that reads `key` without credentials for `ttl`, answered with `content_type` and
+    /// `disposition` (a presigned `GetObject`).
+    async fn download_url(
+        &self,
+        key: &str,
+        content_type: &str,
+        disposition: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<String>;
 }
 
 /// Where SES writes received messages.
@@ -63,6 +73,16 @@ pub fn mail_prefix(address_id: &str) -> String {
 pub fn mail_key(address_id: &str, email_id: &str) -> String {
     format!(
         "{}{email_id}/{}",
+        mail_prefix(address_id),
+        crate::retry::uuid_like()
+    )
+}
+
+/// A new object key for a download of `email_id`'s copy at `address_id` too large to answer
+/// from a function (docs/API.md §11): beside the copy, so that purging the address removes it.
+pub fn download_key(address_id: &str, email_id: &str) -> String {
+    format!(
+        "{}{email_id}/download-{}",
         mail_prefix(address_id),
         crate::retry::uuid_like()
     )
@@ -178,6 +198,29 @@ impl MessageBucket for EmailBucket {
             .await
             .map_err(|e| s3_err("DeleteObject", e))?;
         Ok(())
+    }
+
+    async fn download_url(
+        &self,
+        key: &str,
+        content_type: &str,
+        disposition: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<String> {
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(ttl)
+            .map_err(|e| StoreError::Internal(format!("presigning config: {e}")))?;
+        let request = self
+            .client
+            .get_object()
+            .bucket(&self.name)
+            .key(key)
+            .response_content_type(content_type)
+            .response_content_disposition(disposition)
+            .response_cache_control("private, no-store")
+            .presigned(config)
+            .await
+            .map_err(|e| s3_err("GetObject (presigning)", e))?;
+        Ok(request.uri().to_owned())
     }
 
     /// At least one list page (1,000 keys) per call.

@@ -16,16 +16,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 
 use crate::append::{Cancelled, Claim};
-use crate::bucket::{inbound_key, mail_key, MessageBucket};
+use crate::bucket::{download_key, inbound_key, mail_key, MessageBucket};
 use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
 use crate::retry::with_append_retries;
-use crate::store::{Appended, EventRef, NewEmail, StoreError, StoreResult, StoredEmail};
+use crate::store::{Appended, Download, EventRef, NewEmail, StoreError, StoreResult, StoredEmail};
 use crate::DynamoStore;
 
 /// The largest object the store reads back: above any `max_email_bytes` it accepts.
 pub const MAX_OBJECT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The largest download a function answers itself (docs/API.md §11): Lambda answers at most
+/// 6 MB, and a binary body goes base64-encoded (4 MiB becomes 5.6 MB). A larger one is written
+/// to the bucket beside the message and answered with a link to it.
+pub const INLINE_DOWNLOAD_MAX: usize = 4 * 1024 * 1024;
+
+/// How long a download link works: long enough to follow the redirect, short enough that a
+/// leaked link soon reads nothing.
+pub const DOWNLOAD_LINK_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// An email record: the event a message produced and where its raw bytes are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,6 +227,29 @@ impl DynamoStore {
 
     /// `Store::pending_email` (the trait impl in lib.rs delegates here): the object SES wrote
     /// for `email_id` and no delivery has removed yet.
+    pub(crate) async fn download_link_impl(
+        &self,
+        id: &str,
+        email_id: &str,
+        download: &Download<'_>,
+    ) -> StoreResult<Option<String>> {
+        if download.bytes.len() <= INLINE_DOWNLOAD_MAX {
+            return Ok(None);
+        }
+        let bucket = self.bucket()?;
+        let key = download_key(id, email_id);
+        bucket.put(&key, download.bytes.to_vec()).await?;
+        bucket
+            .download_url(
+                &key,
+                download.content_type,
+                download.disposition,
+                DOWNLOAD_LINK_TTL,
+            )
+            .await
+            .map(Some)
+    }
+
     pub(crate) async fn pending_email_impl(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
         let bucket = self.bucket()?;
         match inbound_key(email_id) {

@@ -90,7 +90,7 @@ pub use bucket::{EmailBucket, MessageBucket};
 use capacity::Tally;
 pub use capacity::{CapacityUsage, Metrics};
 pub use config::{lambda_sdk_config, sdk_config, AwsConfig};
-pub use email::MAX_OBJECT_BYTES;
+pub use email::{DOWNLOAD_LINK_TTL, INLINE_DOWNLOAD_MAX, MAX_OBJECT_BYTES};
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue};
@@ -105,9 +105,9 @@ use aws_sdk_dynamodb::Client;
 
 use crate::domain::{Limits, Millis};
 use crate::store::{
-    Acked, AddressRecord, Appended, Event, EventPage, IdempotencyClaim, NewAddress, NewEmail,
-    NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    StoredEmail, SweepReport, Usage,
+    Acked, AddressRecord, Appended, Download, Event, EventPage, IdempotencyClaim, NewAddress,
+    NewEmail, NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
+    StoreResult, StoredEmail, SweepReport, Usage,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -323,6 +323,15 @@ impl Store for DynamoStore {
 
     async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
         self.pending_email_impl(email_id).await
+    }
+
+    async fn download_link(
+        &self,
+        id: &str,
+        email_id: &str,
+        download: &Download<'_>,
+    ) -> StoreResult<Option<String>> {
+        self.download_link_impl(id, email_id, download).await
     }
 
     async fn read_events(

@@ -132,6 +132,16 @@ pub struct StoredEmail {
     pub raw: Vec<u8>,
 }
 
+/// A download of part of a stored message (the raw message, or one attachment decoded), as
+/// the API answers it (docs/API.md §11).
+#[derive(Debug, Clone, Copy)]
+pub struct Download<'a> {
+    pub content_type: &'a str,
+    /// The `Content-Disposition` header's value.
+    pub disposition: &'a str,
+    pub bytes: &'a [u8],
+}
+
 /// An idempotency claim: the SHA-256 of the key and of the body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyClaim {
@@ -333,6 +343,20 @@ pub trait Store: Send + Sync + 'static {
     async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
         let _ = (id, email_id, now);
         Err(StoreError::NotSupported("stored email"))
+    }
+
+    /// Where a client fetches `download`, part of the stored message `email_id` of address `id`,
+    /// when it is too large for this deployment to answer itself (on AWS, Lambda answers at most
+    /// 6 MB): a short-lived URL that needs no token and answers it with the same content type
+    /// and disposition. `None`, the default: the bytes are answered directly.
+    async fn download_link(
+        &self,
+        id: &str,
+        email_id: &str,
+        download: &Download<'_>,
+    ) -> StoreResult<Option<String>> {
+        let _ = (id, email_id, download);
+        Ok(None)
     }
 
     /// A received message that no delivery has taken yet, held where the provider put it under
