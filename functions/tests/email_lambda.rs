@@ -427,7 +427,10 @@ async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
             .bytes()
             .await
             .unwrap_or_else(|e| panic!("read {rest}: {e}"));
-        assert!(bytes.as_ref() == expected.as_slice(), "{rest}: the bytes differ");
+        assert!(
+            bytes.as_ref() == expected.as_slice(),
+            "{rest}: the bytes differ"
+        );
     }
     let r = download(&c, &a, event_id, "raw", &a.token).await;
     r.expect_status(200, "the raw message, following the redirect");
