@@ -9,6 +9,7 @@
 pub mod check;
 pub mod email;
 pub mod mcp;
+pub mod requests;
 pub mod scenarios;
 
 use std::time::Duration;

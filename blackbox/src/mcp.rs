@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::{Address, Client};
 
 /// The tools the endpoint must list, in this order.
-pub const TOOLS: [&str; 7] = [
+pub const TOOLS: [&str; 8] = [
     "create_return_address",
     "poll_events",
     "acknowledge_event",
@@ -21,6 +21,7 @@ pub const TOOLS: [&str; 7] = [
     "set_state",
     "delete_state",
     "get_attachment",
+    "ask_person",
 ];
 
 /// An MCP client session (initialized) against one deployment, with the tools it listed.
@@ -293,6 +294,51 @@ pub async fn handshake_and_tool_list(base: &str) {
         .call_tool(CallToolRequestParams::new("no_such_tool"))
         .await;
     assert!(unknown.is_err(), "unknown tool: {unknown:?}");
+    mcp.close().await;
+}
+
+/// `ask_person`: the request's page URL comes back; a person answering it puts
+/// `request.answered` in the feed, which `poll_events` reads; bad arguments are tool errors.
+pub async fn ask_person_end_to_end(base: &str) {
+    let mcp = Mcp::connect(base).await;
+    let (a, _) = mcp.create(json!({"task_id": "mcp-ask"})).await;
+    let creds = json!({"address_id": a.id, "read_token": a.token});
+    let with = |extra: Value| {
+        let mut args = creds.clone();
+        if let (Some(m), Value::Object(e)) = (args.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        args
+    };
+    let asked = mcp
+        .call(
+            "ask_person",
+            with(
+                json!({"title": "Merge the PR?", "options": ["Merge", "Wait"], "comment": "none"}),
+            ),
+        )
+        .await;
+    let request = asked.ok("ask_person")["request"].clone();
+    let url = request["url"].as_str().unwrap_or_default().to_owned();
+    assert!(url.contains("/r/req_"), "{request}");
+    assert_eq!(request["options"], json!(["Merge", "Wait"]));
+    let answered = crate::requests::answer_form(&url, &[("choice", "Merge")]).await;
+    assert_eq!(answered.status(), 303, "the person's answer");
+    let polled = mcp
+        .call("poll_events", with(json!({"after": 0, "wait": 5})))
+        .await;
+    let e = &polled.ok("poll_events")["events"][0];
+    assert_eq!(e["type"], "request.answered", "{e}");
+    assert_eq!(e["data"]["choice"], "Merge");
+    mcp.call("ask_person", with(json!({"title": ""})))
+        .await
+        .expect_error("invalid_request", "an empty title");
+    mcp.call(
+        "ask_person",
+        with(json!({"title": "x", "options": ["a", "a"]})),
+    )
+    .await
+    .expect_error("invalid_request", "repeated options");
     mcp.close().await;
 }
 

@@ -110,3 +110,15 @@ async fn service_routes() {
     let (c, _server) = target().await;
     scenarios::service_routes(&c).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_person_answers_while_the_agent_waits() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::requests::a_person_answers_while_the_agent_waits(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_answers_record_one() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::requests::concurrent_answers_record_one(&c, 12).await;
+}

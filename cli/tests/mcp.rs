@@ -28,6 +28,12 @@ async fn mcp_tools_end_to_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mcp_ask_person() {
+    let (_dir, _child, base) = serve().await;
+    mcp::ask_person_end_to_end(&base).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_wait_is_clamped_to_25_seconds() {
     let (_dir, _server, base) = serve().await;
     mcp::wait_is_clamped(&base).await;

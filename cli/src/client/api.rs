@@ -77,6 +77,42 @@ impl Api {
         body: Option<&Value>,
         extra_wait: Duration,
     ) -> Result<Value> {
+        self.send(method, path, query, token, body, extra_wait, None)
+            .await
+    }
+
+    /// [`Api::call`] with a JSON body and an optional `Idempotency-Key`.
+    pub async fn call_with_key(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value> {
+        self.send(
+            method,
+            path,
+            &[],
+            token,
+            Some(body),
+            Duration::ZERO,
+            idempotency_key,
+        )
+        .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        token: Option<&str>,
+        body: Option<&Value>,
+        extra_wait: Duration,
+        idempotency_key: Option<&str>,
+    ) -> Result<Value> {
         let mut request = self
             .http
             .request(method, self.url(path))
@@ -91,6 +127,9 @@ impl Api {
         }
         if let Some(body) = body {
             request = request.json(body);
+        }
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
         }
         let response = request.send().await.map_err(|e| self.network_error(&e))?;
         let status = response.status();
@@ -121,6 +160,29 @@ impl Api {
             .send()
             .await
             .map_err(|e| self.network_error(&e))?;
+        // A download too large for the deployment to answer itself (on AWS) is a 303 to a
+        // short-lived link that needs no token (docs/API.md §11): followed once, without it.
+        if response.status() == StatusCode::SEE_OTHER {
+            let link = response
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| reqwest::Url::parse(l).ok())
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| {
+                    CliError::new(
+                        "bad_response",
+                        "the server redirected the download without a usable link",
+                    )
+                })?;
+            response = self
+                .http
+                .get(link)
+                .timeout(REQUEST_TIMEOUT)
+                .send()
+                .await
+                .map_err(|e| self.network_error(&e))?;
+        }
         let status = response.status();
         let header = |name: reqwest::header::HeaderName| {
             response

@@ -98,9 +98,10 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         ErrorCode::InvalidRequest => exit::USAGE,
         ErrorCode::NotFound | ErrorCode::AttachmentUnavailable => exit::NOT_FOUND,
         ErrorCode::Unauthorized | ErrorCode::AddressGone => exit::AUTH,
-        ErrorCode::RevisionConflict | ErrorCode::StateLimitExceeded | ErrorCode::QuotaExceeded => {
-            exit::CONFLICT
-        }
+        ErrorCode::RevisionConflict
+        | ErrorCode::StateLimitExceeded
+        | ErrorCode::QuotaExceeded
+        | ErrorCode::RequestClosed => exit::CONFLICT,
         ErrorCode::RateLimited | ErrorCode::Unavailable => exit::RETRY,
         ErrorCode::MethodNotAllowed
         | ErrorCode::RequestTimeout

@@ -61,6 +61,37 @@ pub enum ClientCommand {
     /// Client: save one attachment of an email event of TASK into a new file (0600; never
     /// overwrites).
     Attachment(attachment::AttachmentArgs),
+    /// Client: ask a person a question for TASK; prints the request and its page URL to give
+    /// them. Their answer arrives in TASK's feed as a `request.answered` event.
+    Ask(AskArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AskArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    /// The question (1..200 characters).
+    title: String,
+    /// An answer the person can choose (1..40 characters; repeat for up to 5). Default:
+    /// Approve and Reject.
+    #[arg(long = "option", value_name = "LABEL")]
+    options: Vec<String>,
+    /// Details in Markdown: the text of FILE, or of stdin when FILE is `-`.
+    #[arg(long, value_name = "FILE")]
+    body: Option<PathBuf>,
+    /// Whether the person may add a comment.
+    #[arg(long, value_parser = ["none", "optional", "required"])]
+    comment: Option<String>,
+    /// Seconds until the request expires unanswered (60..2592000; default 7 days).
+    #[arg(long, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(60..=2_592_000))]
+    expires_in: Option<u64>,
+    /// Sent as the Idempotency-Key: asking again with the same key and question returns the
+    /// same request and URL.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    server: ServerArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -212,7 +243,47 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         ClientCommand::Ack(args) => ack(args, secret).await,
         ClientCommand::State(args) => state(args, secret).await,
         ClientCommand::Attachment(args) => attachment::attachment(args, secret).await,
+        ClientCommand::Ask(args) => ask(args, secret).await,
     }
+}
+
+async fn ask(args: AskArgs, secret: &mut Option<String>) -> Result<Value> {
+    let (_, saved, api) = connect(&args.task, &args.server, secret)?;
+    let mut body = Map::new();
+    body.insert("title".into(), Value::String(args.title));
+    if !args.options.is_empty() {
+        body.insert("options".into(), json!(args.options));
+    }
+    if let Some(file) = &args.body {
+        let bytes = if file.as_os_str() == "-" {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .map_err(|e| CliError::new("usage", format!("cannot read stdin: {e}")))?;
+            buf
+        } else {
+            std::fs::read(file).map_err(|e| {
+                CliError::new("usage", format!("cannot read {}: {e}", file.display()))
+            })?
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|_| CliError::new("usage", "the body must be UTF-8 text"))?;
+        body.insert("body".into(), Value::String(text));
+    }
+    if let Some(comment) = args.comment {
+        body.insert("comment".into(), Value::String(comment));
+    }
+    if let Some(s) = args.expires_in {
+        body.insert("expires_in_seconds".into(), s.into());
+    }
+    api.call_with_key(
+        Method::POST,
+        &format!("addresses/{}/requests", saved.address_id),
+        Some(&saved.read_token),
+        &Value::Object(body),
+        args.idempotency_key.as_deref(),
+    )
+    .await
 }
 
 /// The task's saved credentials (the read token is remembered for redaction at once).

@@ -78,6 +78,11 @@ pub struct ServiceConfig {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_email_recipients: u64,
 
+    /// Open requests for a person an address may have (more: 409 quota_exceeded).
+    #[arg(long, env = "AGENTADDRESS_MAX_OPEN_REQUESTS", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_open_requests: u64,
+
     /// Turns on the raw-MIME webhook door (`POST /api/v1/email/inbound`): relays present this
     /// secret as `Authorization: Bearer …`. At least 16 characters. Never logged.
     #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET", value_parser = parse_ingest_secret,
@@ -139,6 +144,7 @@ impl ServiceConfig {
             max_email_bytes: self.max_email_bytes,
             max_stored_email_bytes: self.max_stored_email_bytes,
             max_email_recipients: self.max_email_recipients,
+            max_open_requests: self.max_open_requests,
         }
     }
 }

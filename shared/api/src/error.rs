@@ -32,11 +32,13 @@ pub enum ErrorCode {
     Unavailable,
     /// docs/API.md §11: the event's stored message is gone.
     AttachmentUnavailable,
+    /// docs/API.md §12: the request was answered already, or has expired.
+    RequestClosed,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 17] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -54,6 +56,7 @@ impl ErrorCode {
         ErrorCode::NotSupported,
         ErrorCode::Unavailable,
         ErrorCode::AttachmentUnavailable,
+        ErrorCode::RequestClosed,
     ];
 
     /// The code on the wire (`error.code`).
@@ -76,6 +79,7 @@ impl ErrorCode {
             Self::NotSupported => "not_supported",
             Self::Unavailable => "unavailable",
             Self::AttachmentUnavailable => "attachment_unavailable",
+            Self::RequestClosed => "request_closed",
         }
     }
 
@@ -92,9 +96,10 @@ impl ErrorCode {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            Self::RevisionConflict | Self::QuotaExceeded | Self::StateLimitExceeded => {
-                StatusCode::CONFLICT
-            }
+            Self::RevisionConflict
+            | Self::QuotaExceeded
+            | Self::StateLimitExceeded
+            | Self::RequestClosed => StatusCode::CONFLICT,
             Self::AddressGone | Self::AttachmentUnavailable => StatusCode::GONE,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -143,6 +148,9 @@ impl ErrorCode {
             Self::AttachmentUnavailable => {
                 "The stored message of this event is gone; its attachments can no longer be read."
             }
+            Self::RequestClosed => {
+                "This request was already answered or has expired; the answer stays as it was."
+            }
         }
     }
 }
@@ -176,6 +184,11 @@ pub enum ApiError {
     EmailStorageFull,
     #[error("attachment unavailable")]
     AttachmentUnavailable,
+    /// `quota_exceeded` for requests for a person: the address has its most open requests.
+    #[error("open requests quota exceeded")]
+    OpenRequestsFull,
+    #[error("request closed")]
+    RequestClosed,
     #[error("state limit exceeded")]
     StateLimitExceeded,
     #[error("address gone")]
@@ -216,7 +229,10 @@ impl ApiError {
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::RevisionConflict { .. } => ErrorCode::RevisionConflict,
-            Self::QuotaExceeded | Self::EmailStorageFull => ErrorCode::QuotaExceeded,
+            Self::QuotaExceeded | Self::EmailStorageFull | Self::OpenRequestsFull => {
+                ErrorCode::QuotaExceeded
+            }
+            Self::RequestClosed => ErrorCode::RequestClosed,
             Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
             Self::AddressGone => ErrorCode::AddressGone,
@@ -248,6 +264,9 @@ impl ApiError {
             | Self::NotSupported(m) => m.clone(),
             Self::EmailStorageFull => "This address keeps its most bytes of email messages; \
                  older messages must expire first."
+                .into(),
+            Self::OpenRequestsFull => "This address has its most open requests for a person; \
+                 one must be answered or expire first."
                 .into(),
             _ => self.error_code().default_message().into(),
         }

@@ -105,6 +105,21 @@ pub async fn authenticate(
     Ok(record)
 }
 
+/// The `Idempotency-Key` header (docs/API.md §3, §12): 1 to 255 printable ASCII characters,
+/// or absent.
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bytes = v.as_bytes();
+    if bytes.is_empty() || bytes.len() > 255 || !bytes.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return Err(ApiError::invalid(
+            "Idempotency-Key must be 1 to 255 printable ASCII characters.",
+        ));
+    }
+    Ok(Some(bytes.to_vec()))
+}
+
 /// Compared against when the address is unknown, so both paths hash and compare.
 const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 

@@ -21,6 +21,7 @@ use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
 
 pub use crate::email_routes::*;
+pub use crate::request_routes::*;
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -213,20 +214,7 @@ pub async fn deliver(
     if record.is_gone(now) {
         return Err(ApiError::AddressGone);
     }
-    let claim_key = match headers.get("idempotency-key") {
-        None => None,
-        Some(v) => {
-            let ok = v.as_bytes().len() <= 255
-                && !v.as_bytes().is_empty()
-                && v.as_bytes().iter().all(|b| (0x20..=0x7e).contains(b));
-            if !ok {
-                return Err(ApiError::invalid(
-                    "Idempotency-Key must be 1 to 255 printable ASCII characters.",
-                ));
-            }
-            Some(v.as_bytes().to_vec())
-        }
-    };
+    let claim_key = idempotency_key(&headers)?;
     let bytes = read_body(
         &headers,
         body,
@@ -305,7 +293,7 @@ pub async fn list_events(
 ) -> ApiResult {
     let arrived = Instant::now();
     let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
+    let record = authenticate(&state, &headers, &address_id, now).await?;
     let limits = &state.config.limits;
     if let Some(retry_after) = state
         .store
@@ -315,11 +303,18 @@ pub async fn list_events(
         return Err(ApiError::RateLimited { retry_after });
     }
     let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
+    // Requests for a person that expired get their event before the feed is read, and a wait
+    // ends by the next expiry (docs/API.md §12).
+    expire_due(&state, &record, now).await?;
+    let next_expiry = record
+        .next_request_expiry
+        .filter(|t| *t > now)
+        .map(|t| arrived + std::time::Duration::from_millis(u64::try_from(t - now).unwrap_or(0)));
     // The request's headers and URI are not needed while waiting: a long poll holds only what
     // it needs for its whole wait (the header map alone is about half a kilobyte).
     drop((headers, uri));
     let deadline = arrived + q.wait;
-    let (page, charge) = long_poll(&state, &address_id, &q, deadline).await?;
+    let (page, charge) = long_poll(&state, &address_id, &q, deadline, next_expiry).await?;
     let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
     let events = page
         .events
@@ -357,6 +352,7 @@ async fn long_poll(
     address_id: &str,
     q: &FeedQuery,
     deadline: Instant,
+    mut request_expiry: Option<Instant>,
 ) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
     let store = &state.store;
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
@@ -383,16 +379,31 @@ async fn long_poll(
         if Instant::now() >= deadline || *shutdown.borrow() {
             return Ok((page, None));
         }
+        // A request for a person expiring during the wait: its event ends the wait.
+        if request_expiry.is_some_and(|t| t <= Instant::now()) {
+            request_expiry = None;
+            if store
+                .expire_requests(address_id, &state.config.limits, state.clock.now())
+                .await?
+                > 0
+            {
+                continue;
+            }
+        }
+        let wake = request_expiry.map_or(deadline, |t| t.min(deadline));
         match &mut wakeups {
             Some(rx) => {
                 tokio::select! {
                     _ = rx.changed() => {}
-                    _ = tokio::time::sleep_until(deadline) => {}
+                    _ = tokio::time::sleep_until(wake) => {}
                     _ = shutdown.changed() => {}
                 }
             }
             None => loop {
-                let nap = backoff.min(deadline.saturating_duration_since(Instant::now()));
+                if request_expiry.is_some_and(|t| t <= Instant::now()) {
+                    break;
+                }
+                let nap = backoff.min(wake.saturating_duration_since(Instant::now()));
                 tokio::select! {
                     _ = tokio::time::sleep(nap) => {}
                     _ = shutdown.changed() => break,

@@ -18,6 +18,8 @@ pub mod openapi;
 pub mod page_budget;
 pub mod request;
 mod request_log;
+mod request_page;
+mod request_routes;
 pub mod routes;
 pub mod telemetry;
 

@@ -164,6 +164,23 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 UnsupportedMediaType,
             ],
         ),
+        (
+            "create_request",
+            &[
+                Unauthorized,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                IdempotencyKeyReused,
+            ],
+        ),
+        ("get_request", &[Unauthorized, NotFound, AddressGone]),
+        ("request_page", &[NotFound]),
+        (
+            "answer_request",
+            &[NotFound, QuotaExceeded, RequestClosed, PayloadTooLarge],
+        ),
     ]
 };
 
@@ -260,6 +277,16 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
     (
         "attachment_id",
         "An attachment id (`data.attachments[].id` of an `email.received` event, `att_…`).",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "request_id",
+        "A request id (`request.id`, `req_…`).",
+        "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "secret",
+        "The request's secret: the last segment of its `url` (the person's capability).",
         "^[A-Za-z0-9_-]{1,64}$",
     ),
     (
@@ -412,7 +439,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 18);
+        assert_eq!(operations, 23);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -20,6 +20,10 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::ApiError;
 use crate::domain::label::validate_label;
+use crate::domain::request::{
+    CommentMode, BODY_MAX_CHARS, COMMENT_MAX_CHARS, OPTIONS_MAX, OPTION_MAX_CHARS,
+    REQUEST_EXPIRES_MAX_SECONDS, REQUEST_EXPIRES_MIN_SECONDS, TITLE_MAX_CHARS,
+};
 use crate::domain::state::validate_value;
 
 /// `name` and `task_id`: 1 to 200 characters (docs/API.md §1).
@@ -169,6 +173,42 @@ pub struct ReplayEmailRequest {
 }
 
 impl Fields for ReplayEmailRequest {}
+
+/// Body of `POST {root}/requests` (docs/API.md §12).
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct CreateRequestBody {
+    #[serde(deserialize_with = "request_title")]
+    #[schema(schema_with = request_title_schema)]
+    pub title: String,
+    #[serde(default, deserialize_with = "request_body")]
+    #[schema(schema_with = request_body_schema)]
+    pub body: Option<String>,
+    #[serde(default, deserialize_with = "request_options")]
+    #[schema(schema_with = request_options_schema)]
+    pub options: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "comment_mode")]
+    #[schema(schema_with = comment_mode_schema)]
+    pub comment: Option<CommentMode>,
+    #[serde(default, deserialize_with = "request_expires_in")]
+    #[schema(schema_with = request_expires_in_schema)]
+    pub expires_in_seconds: Option<u64>,
+}
+
+impl Fields for CreateRequestBody {}
+
+/// Body of `POST /r/{request_id}/{secret}` sent as JSON (docs/API.md §12); the page's form
+/// sends the same two fields form-encoded.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct AnswerRequestBody {
+    #[serde(deserialize_with = "choice")]
+    #[schema(schema_with = choice_schema)]
+    pub choice: String,
+    #[serde(default, deserialize_with = "answer_comment")]
+    #[schema(schema_with = answer_comment_schema)]
+    pub comment: Option<String>,
+}
+
+impl Fields for AnswerRequestBody {}
 
 // ---------------------------------------------------------------------------------------------
 // Query strings
@@ -330,6 +370,193 @@ fn email_id_schema() -> Object {
             "The `email_id` of a stored message (`data.email_id` of its `email.received` event).",
         ))
         .build()
+}
+
+/// A string of 1..=`max` characters without control or bidirectional formatting characters.
+fn bounded_text<'de, D: Deserializer<'de>>(d: D, max: usize) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => {
+            let n = s.chars().count();
+            if n == 0 || n > max {
+                return Err(invalid(format!(
+                    "`{FIELD}` must be 1 to {max} characters long."
+                )));
+            }
+            validate_label(FIELD, &s).map_err(|e| invalid(format!("{e}.")))?;
+            Ok(s)
+        }
+        _ => Err(invalid(format!("`{FIELD}` must be a string."))),
+    }
+}
+
+fn request_title<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    bounded_text(d, TITLE_MAX_CHARS)
+}
+
+/// Markdown of up to [`BODY_MAX_CHARS`] characters; line breaks and tabs are allowed, other
+/// control characters are not.
+fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => {
+            if s.chars().count() > BODY_MAX_CHARS {
+                return Err(invalid(format!(
+                    "`{FIELD}` must be at most {BODY_MAX_CHARS} characters long."
+                )));
+            }
+            if s.chars()
+                .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            {
+                return Err(invalid(
+                    "`{field}` must not contain control characters other than line breaks and tabs.",
+                ));
+            }
+            Ok(Some(s))
+        }
+        _ => Err(invalid(format!("`{FIELD}` must be a string."))),
+    }
+}
+
+fn request_options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let message = || {
+        invalid(format!(
+            "`{FIELD}` must be an array of 1 to {OPTIONS_MAX} distinct labels of 1 to \
+             {OPTION_MAX_CHARS} characters."
+        ))
+    };
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::Array(items) => {
+            if items.is_empty() || items.len() > OPTIONS_MAX {
+                return Err(message());
+            }
+            let mut options: Vec<String> = Vec::with_capacity(items.len());
+            for item in items {
+                let Value::String(s) = item else {
+                    return Err(message());
+                };
+                let n = s.chars().count();
+                if n == 0
+                    || n > OPTION_MAX_CHARS
+                    || s.trim().is_empty()
+                    || validate_label(FIELD, &s).is_err()
+                    || options.contains(&s)
+                {
+                    return Err(message());
+                }
+                options.push(s);
+            }
+            Ok(Some(options))
+        }
+        _ => Err(message()),
+    }
+}
+
+fn comment_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CommentMode>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) => CommentMode::parse(&s)
+            .map(Some)
+            .ok_or_else(|| invalid("`{field}` must be \"none\", \"optional\" or \"required\".")),
+        _ => Err(invalid(
+            "`{field}` must be \"none\", \"optional\" or \"required\".",
+        )),
+    }
+}
+
+fn request_expires_in<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    body_integer(d, REQUEST_EXPIRES_MIN_SECONDS, REQUEST_EXPIRES_MAX_SECONDS)
+}
+
+fn choice<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    bounded_text(d, OPTION_MAX_CHARS)
+}
+
+fn answer_comment<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) => {
+            if s.chars().count() > COMMENT_MAX_CHARS {
+                return Err(invalid(format!(
+                    "`{FIELD}` must be at most {COMMENT_MAX_CHARS} characters long."
+                )));
+            }
+            if s.chars()
+                .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+            {
+                return Err(invalid(
+                    "`{field}` must not contain control characters other than line breaks and tabs.",
+                ));
+            }
+            Ok(Some(s))
+        }
+        _ => Err(invalid(format!("`{FIELD}` must be a string."))),
+    }
+}
+
+fn text_schema(nullable: bool, min: usize, max: usize, description: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::String, nullable))
+        .min_length(Some(min))
+        .max_length(Some(max))
+        .description(Some(description))
+        .build()
+}
+
+fn request_title_schema() -> Object {
+    text_schema(
+        false,
+        1,
+        TITLE_MAX_CHARS,
+        "The question, as the person sees it.",
+    )
+}
+
+fn request_body_schema() -> Object {
+    text_schema(
+        true,
+        0,
+        BODY_MAX_CHARS,
+        "Details in Markdown (rendered sanitised: no raw HTML, no scripts, no images).",
+    )
+}
+
+fn request_options_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::Array, true))
+        .description(Some(
+            "The buttons the person chooses from, 1 to 5 distinct labels of 1 to 40 characters \
+             (default [\"Approve\", \"Reject\"]).",
+        ))
+        .build()
+}
+
+fn comment_mode_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::String, true))
+        .enum_values(Some(["none", "optional", "required"]))
+        .description(Some(
+            "Whether the person may add a comment (default \"optional\").",
+        ))
+        .build()
+}
+
+fn request_expires_in_schema() -> Object {
+    integer(
+        true,
+        REQUEST_EXPIRES_MIN_SECONDS,
+        REQUEST_EXPIRES_MAX_SECONDS,
+        "Seconds until the request expires unanswered (default 604800, 7 days).",
+    )
+}
+
+fn choice_schema() -> Object {
+    text_schema(false, 1, OPTION_MAX_CHARS, "One of the request's options.")
+}
+
+fn answer_comment_schema() -> Object {
+    text_schema(true, 0, COMMENT_MAX_CHARS, "The person's comment.")
 }
 
 fn typed(t: Type, nullable: bool) -> SchemaType {

@@ -38,10 +38,13 @@ pub enum RouteGroup {
     /// `GET {root}/events/{event_id}/raw`, `POST {root}/email/replay` (docs/API.md §10–§11).
     /// Its own function (`email-api`), so that only it links the MIME parser.
     Email,
+    /// `POST {root}/requests`, `GET {root}/requests/{request_id}`, the person's page
+    /// `GET`/`POST /r/{request_id}/{secret}` and its stylesheet (docs/API.md §12).
+    Requests,
 }
 
 impl RouteGroup {
-    pub const ALL: [RouteGroup; 8] = [
+    pub const ALL: [RouteGroup; 9] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -50,10 +53,11 @@ impl RouteGroup {
         RouteGroup::Service,
         RouteGroup::Mcp,
         RouteGroup::Email,
+        RouteGroup::Requests,
     ];
 
     /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
-    pub const REST: [RouteGroup; 7] = [
+    pub const REST: [RouteGroup; 8] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -61,6 +65,7 @@ impl RouteGroup {
         RouteGroup::State,
         RouteGroup::Service,
         RouteGroup::Email,
+        RouteGroup::Requests,
     ];
 
     /// The groups a Lambda function serves (`template.yaml` has one function for each).
@@ -92,6 +97,7 @@ impl RouteGroup {
             RouteGroup::Service => &groups::SERVICE,
             RouteGroup::Mcp => &groups::MCP,
             RouteGroup::Email => &groups::EMAIL,
+            RouteGroup::Requests => &groups::REQUESTS,
         }
     }
 
@@ -232,8 +238,8 @@ async fn not_served_here() -> ApiError {
 /// A route of a group no Lambda function serves yet ([`RouteGroup::on_lambda`]).
 async fn not_deployed() -> ApiError {
     ApiError::NotSupported(
-        "This deployment does not serve this route yet: inbound email and stored messages \
-         are served by `agentaddress serve`."
+        "This deployment does not serve this route yet: requests for a person are served by \
+         `agentaddress serve`."
             .into(),
     )
 }
@@ -299,6 +305,7 @@ route_table! {
     State STATE "state" [list_state, get_state, put_state, delete_state]
     Service SERVICE "service" [healthz, openapi_json, skill_md]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
+    Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []
 }

@@ -128,6 +128,7 @@ pub(crate) fn record_from(item: &Item) -> StoreResult<AddressRecord> {
         last_sequence: get_u(item, "seq"),
         state_keys: get_u(item, "state_keys"),
         state_bytes: get_u(item, "state_bytes"),
+        next_request_expiry: get_i(item, "next_request_expiry"),
     })
 }
 

@@ -32,6 +32,7 @@ mod email;
 mod events;
 mod purge;
 mod rate_limit;
+mod requests;
 mod rows;
 mod schema;
 mod state;
@@ -47,9 +48,10 @@ use crate::connections::Job;
 use crate::domain::{Limits, Millis};
 use crate::rows::sql_err;
 use crate::store::{
-    Acked, AddressRecord, Appended, Event, EventPage, FeedSignal, IdempotencyClaim, NewAddress,
-    NewEmail, NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
-    StoreResult, StoredEmail, SweepReport, Usage,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Event, EventPage,
+    FeedSignal, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
+    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
+    StoredEmail, SweepReport, Usage,
 };
 
 /// Most requests committed in one transaction (group commit).
@@ -210,6 +212,48 @@ impl Store for SqliteStore {
 
     async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
         self.email_by_id_impl(id, email_id, now).await
+    }
+
+    async fn create_request(
+        &self,
+        id: &str,
+        request: NewRequest,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        self.create_request_impl(id, request, limits, now).await
+    }
+
+    async fn get_request(
+        &self,
+        id: &str,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<RequestRecord> {
+        self.get_request_impl(id, request_id, now).await
+    }
+
+    async fn find_request(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        self.find_request_impl(request_id, now).await
+    }
+
+    async fn answer_request(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<AnswerOutcome> {
+        self.answer_request_impl(request_id, answer, limits, now)
+            .await
+    }
+
+    async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
+        self.expire_requests_impl(id, limits, now).await
     }
 
     async fn read_events(

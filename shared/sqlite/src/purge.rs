@@ -4,7 +4,8 @@
 use rusqlite::{params, Connection};
 
 use crate::domain::{Limits, Millis};
-use crate::rows::sql_err;
+use crate::requests::expire_in_tx;
+use crate::rows::{load_address, sql_err};
 use crate::store::rules::rate_window;
 use crate::store::{StoreResult, SweepReport};
 use crate::SqliteStore;
@@ -16,6 +17,7 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM state WHERE address_id = ?1",
         "DELETE FROM idempotency WHERE address_id = ?1",
         "DELETE FROM emails WHERE address_id = ?1",
+        "DELETE FROM requests WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -30,6 +32,7 @@ impl SqliteStore {
         now: Millis,
     ) -> StoreResult<SweepReport> {
         let tombstone_ms = limits.tombstone_ms();
+        let limits = limits.clone();
         let report = self
             .write(move |conn| {
                 let events = conn
@@ -39,6 +42,33 @@ impl SqliteStore {
                     .map_err(sql_err)?;
                 conn.execute("DELETE FROM emails WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
+                // Requests for a person: due expiries of idle addresses get their event now
+                // (a feed read would append them first anyway), and a request is forgotten a
+                // retention period after its expiry.
+                let due: Vec<String> = conn
+                    .prepare(
+                        "SELECT id FROM addresses WHERE next_request_expiry <= ?1 \
+                         AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > ?1) \
+                         LIMIT 1000",
+                    )
+                    .map_err(sql_err)?
+                    .query_map([now], |r| r.get(0))
+                    .map_err(sql_err)?
+                    .collect::<Result<_, _>>()
+                    .map_err(sql_err)?;
+                let mut woken = Vec::new();
+                for id in &due {
+                    if let Some(address) = load_address(conn, id)? {
+                        if let Some(last) = expire_in_tx(conn, &address, &limits, now)?.last() {
+                            woken.push((id.clone(), *last));
+                        }
+                    }
+                }
+                conn.execute(
+                    "DELETE FROM requests WHERE expires_at <= ?1",
+                    [now.saturating_sub(limits.retention_ms())],
+                )
+                .map_err(sql_err)?;
                 let expired: Vec<String> = conn
                     .prepare(
                         "SELECT id FROM addresses WHERE purged_at IS NULL \
@@ -64,13 +94,20 @@ impl SqliteStore {
                         [now.saturating_sub(tombstone_ms)],
                     )
                     .map_err(sql_err)? as u64;
-                Ok(SweepReport {
-                    events,
-                    addresses_purged: expired.len() as u64,
-                    tombstones,
-                })
+                Ok((
+                    SweepReport {
+                        events,
+                        addresses_purged: expired.len() as u64,
+                        tombstones,
+                    },
+                    woken,
+                ))
             })
             .await?;
+        let (report, woken) = report;
+        for (id, last) in woken {
+            self.inner.signal.notify(&id, last);
+        }
         self.inner.signal.prune();
         {
             let (window, _) = rate_window(now);

@@ -30,7 +30,7 @@ pub(crate) fn i(v: u64) -> i64 {
 
 pub(crate) const ADDRESS_COLUMNS: &str =
     "id, name, task_id, email, created_at, expires_at, deleted_at, \
-     token_hash, inbox_hash, last_seq, state_keys, state_bytes";
+     token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry";
 
 pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressRecord> {
     Ok(AddressRecord {
@@ -46,6 +46,7 @@ pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressReco
         last_sequence: u(r.get(9)?),
         state_keys: u(r.get(10)?),
         state_bytes: u(r.get(11)?),
+        next_request_expiry: r.get(12)?,
     })
 }
 

@@ -84,6 +84,33 @@ CREATE UNIQUE INDEX emails_by_id ON emails(address_id, email_id);
 CREATE INDEX emails_by_seq ON emails(address_id, seq);
 CREATE INDEX emails_expiry ON emails(expires_at);
 "#,
+    // 4: requests for a person (docs/API.md §12). `options` is a JSON array; the answer's
+    // columns are set when it is answered; `key_hash`/`body_hash` are the creation's
+    // Idempotency-Key claim. The address keeps its earliest open request's expiry, which every
+    // feed read already loads.
+    r#"
+ALTER TABLE addresses ADD COLUMN next_request_expiry INTEGER;
+CREATE TABLE requests (
+    id             TEXT PRIMARY KEY,
+    address_id     TEXT NOT NULL,
+    title          TEXT NOT NULL,
+    body           TEXT,
+    options        TEXT NOT NULL,
+    comment_mode   TEXT NOT NULL,
+    created_at     INTEGER NOT NULL,
+    expires_at     INTEGER NOT NULL,
+    secret_hash    TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    choice         TEXT,
+    answer_comment TEXT,
+    answered_at    INTEGER,
+    key_hash       TEXT,
+    body_hash      TEXT
+) WITHOUT ROWID;
+CREATE INDEX requests_open ON requests(address_id, status, expires_at);
+CREATE UNIQUE INDEX requests_by_key ON requests(address_id, key_hash) WHERE key_hash IS NOT NULL;
+CREATE INDEX requests_done ON requests(expires_at);
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -14,6 +14,13 @@ mod memory {
             SqliteStore::open_in_memory().expect("open in-memory SQLite")
         ));
     }
+
+    mod requests {
+        use super::*;
+        agentaddress_core::store_request_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -32,6 +39,10 @@ mod file {
 
     mod email {
         agentaddress_core::store_email_conformance_tests!(super::open());
+    }
+
+    mod requests {
+        agentaddress_core::store_request_conformance_tests!(super::open());
     }
 }
 
@@ -101,7 +112,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 3));
+        assert_eq!((mode.as_str(), version), ("wal", 4));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -217,7 +228,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 3);
+        assert_eq!(version, 4);
     }
 
     #[tokio::test]

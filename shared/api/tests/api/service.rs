@@ -49,6 +49,13 @@ async fn openapi_describes_every_route() {
             &["get"],
         ),
         ("/api/v1/email/inbound", &["post"]),
+        ("/api/v1/addresses/{address_id}/requests", &["post"]),
+        (
+            "/api/v1/addresses/{address_id}/requests/{request_id}",
+            &["get"],
+        ),
+        ("/r/{request_id}/{secret}", &["get", "post"]),
+        ("/r/page.css", &["get"]),
         ("/healthz", &["get"]),
         ("/openapi.json", &["get"]),
         ("/skill.md", &["get"]),

@@ -14,7 +14,7 @@ pub const READ_TOKEN_PREFIX: &str = "aat_";
 pub const INBOX_SECRET_PREFIX: &str = "ais_";
 const EVENT_NONCE_LEN: usize = 16;
 
-fn random_b64(bytes: usize) -> String {
+pub(crate) fn random_b64(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     OsRng.fill_bytes(&mut buf);
     URL_SAFE_NO_PAD.encode(buf)

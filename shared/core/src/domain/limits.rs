@@ -33,6 +33,8 @@ pub struct Limits {
     pub max_stored_email_bytes: u64,
     /// Recipients one message may name (RCPT TO commands, or `rcpt` parameters).
     pub max_email_recipients: u64,
+    /// Open requests for a person an address may have (docs/API.md §12).
+    pub max_open_requests: u64,
 }
 
 impl Default for Limits {
@@ -50,6 +52,7 @@ impl Default for Limits {
             max_email_bytes: 10_000_000,
             max_stored_email_bytes: 100_000_000,
             max_email_recipients: 100,
+            max_open_requests: 20,
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod envelope;
 pub mod ids;
 pub mod label;
 pub mod limits;
+pub mod request;
 pub mod state;
 pub mod time;
 
@@ -28,6 +29,8 @@ pub enum Ingress {
     Http,
     State,
     Email,
+    /// A person answering a request, or its expiry (docs/API.md §12).
+    Request,
 }
 
 impl Ingress {
@@ -36,6 +39,7 @@ impl Ingress {
             Ingress::Http => "http",
             Ingress::State => "state",
             Ingress::Email => "email",
+            Ingress::Request => "request",
         }
     }
 
@@ -44,6 +48,7 @@ impl Ingress {
             "http" => Some(Ingress::Http),
             "state" => Some(Ingress::State),
             "email" => Some(Ingress::Email),
+            "request" => Some(Ingress::Request),
             _ => None,
         }
     }

@@ -9,11 +9,14 @@
 pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod email_conformance;
+#[cfg(feature = "conformance")]
+pub mod request_conformance;
 pub mod rules;
 mod signal;
 
 use async_trait::async_trait;
 
+use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::{Ingress, Limits, Millis};
 pub use signal::FeedSignal;
 
@@ -83,6 +86,10 @@ pub struct AddressRecord {
     pub last_sequence: u64,
     pub state_keys: u64,
     pub state_bytes: u64,
+    /// The earliest `expires_at` of the address's open requests (docs/API.md §12): a feed read
+    /// at or after it first appends the due `request.expired` events
+    /// ([`Store::expire_requests`]).
+    pub next_request_expiry: Option<Millis>,
 }
 
 impl AddressRecord {
@@ -140,6 +147,75 @@ pub struct Download<'a> {
     /// The `Content-Disposition` header's value.
     pub disposition: &'a str,
     pub bytes: &'a [u8],
+}
+
+/// A new request for a person (docs/API.md §12); its secret arrives hashed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRequest {
+    pub id: String,
+    pub title: String,
+    /// Markdown, as the agent wrote it (the page sanitises it when rendering).
+    pub body: Option<String>,
+    pub options: Vec<String>,
+    pub comment: CommentMode,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub secret_hash: String,
+    /// The `Idempotency-Key` of the creation, if any.
+    pub claim: Option<IdempotencyClaim>,
+}
+
+/// A person's answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub choice: String,
+    pub comment: Option<String>,
+    pub answered_at: Millis,
+}
+
+/// A request as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    pub id: String,
+    pub address_id: String,
+    pub title: String,
+    pub body: Option<String>,
+    pub options: Vec<String>,
+    pub comment: CommentMode,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    pub secret_hash: String,
+    /// As stored: an open request past its expiry may not be marked expired yet; see
+    /// [`RequestRecord::status_at`].
+    pub status: RequestStatus,
+    pub answer: Option<Answer>,
+}
+
+impl RequestRecord {
+    /// The status at `now` ([`crate::domain::request::status_at`]).
+    pub fn status_at(&self, now: Millis) -> RequestStatus {
+        request::status_at(self.status, self.expires_at, now)
+    }
+}
+
+/// What [`Store::create_request`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedRequest {
+    pub request: RequestRecord,
+    /// `true` when an earlier creation with the same Idempotency-Key made `request`.
+    pub duplicate: bool,
+}
+
+/// What [`Store::answer_request`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerOutcome {
+    /// This answer closed the request and appended its `request.answered` event.
+    Answered {
+        request: RequestRecord,
+        event: EventRef,
+    },
+    /// The request was closed already (answered, or expired): nothing changed.
+    Closed(RequestRecord),
 }
 
 /// An idempotency claim: the SHA-256 of the key and of the body.
@@ -357,6 +433,73 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<String>> {
         let _ = (id, email_id, download);
         Ok(None)
+    }
+
+    /// Stores a new open request of address `id` (docs/API.md §12). With a claim whose key an
+    /// earlier request of this address holds: the same body hash returns that request with
+    /// `duplicate: true` and stores nothing; another body is
+    /// [`StoreError::IdempotencyKeyReused`]. An address with `limits.max_open_requests` open
+    /// requests (unexpired at `now`) is [`StoreError::QuotaExceeded`]. Keeps
+    /// [`AddressRecord::next_request_expiry`] the earliest open expiry.
+    async fn create_request(
+        &self,
+        id: &str,
+        request: NewRequest,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        let _ = (id, request, limits, now);
+        Err(StoreError::NotSupported("requests for a person"))
+    }
+
+    /// Request `request_id` of address `id`, else [`StoreError::NotFound`] (another address's
+    /// request too).
+    async fn get_request(
+        &self,
+        id: &str,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<RequestRecord> {
+        let _ = (id, request_id, now);
+        Err(StoreError::NotSupported("requests for a person"))
+    }
+
+    /// Request `request_id` of any live address (for its page, whose caller checks the
+    /// secret); `None` when there is none or its address is gone.
+    async fn find_request(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        let _ = (request_id, now);
+        Err(StoreError::NotSupported("requests for a person"))
+    }
+
+    /// Answers request `request_id` with `answer` (already checked against the request by
+    /// [`crate::domain::request::check_answer`]) in one atomic step: when the request is open
+    /// and unexpired at `now`, marks it answered and appends its `request.answered` event;
+    /// otherwise changes nothing and returns [`AnswerOutcome::Closed`] — under concurrent
+    /// answers exactly one wins. [`StoreError::NotFound`] for an unknown request or a gone
+    /// address; [`StoreError::QuotaExceeded`] when the feed is full.
+    async fn answer_request(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<AnswerOutcome> {
+        let _ = (request_id, answer, limits, now);
+        Err(StoreError::NotSupported("requests for a person"))
+    }
+
+    /// Appends `request.expired` for each open request of address `id` whose expiry is at or
+    /// before `now` and marks it expired, each conditioned on its still being open (two
+    /// concurrent callers append each expiry once); updates
+    /// [`AddressRecord::next_request_expiry`]. Returns how many it expired. A full feed leaves
+    /// the rest open (they read as expired) for a later call.
+    async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
+        let _ = (id, limits, now);
+        Ok(0)
     }
 
     /// A received message that no delivery has taken yet, held where the provider put it under

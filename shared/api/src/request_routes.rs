@@ -1,0 +1,423 @@
+//! Requests for a person (docs/API.md §12): the agent's routes (`POST {root}/requests`,
+//! `GET {root}/requests/{request_id}`) and the person's page at the capability URL
+//! `/r/{request_id}/{secret}` with its form. Re-exported by `handlers`, so the route table names
+//! them like the others.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::dto::ErrorBody;
+use super::extract::*;
+use super::request::{parse_fields, AnswerRequestBody, CreateRequestBody};
+use super::request_page;
+use super::{json_response, ApiError, AppState};
+use crate::domain::request::{
+    self, check_answer, RequestStatus, DEFAULT_OPTIONS, REQUEST_EXPIRES_DEFAULT_SECONDS,
+};
+use crate::domain::time::format_rfc3339;
+use crate::domain::{ids, Millis};
+use crate::store::{Answer, AnswerOutcome, IdempotencyClaim, NewRequest, RequestRecord};
+
+type ApiResult = Result<Response, ApiError>;
+
+/// The largest body of `POST {root}/requests`: a 20,000-character body of 4-byte characters,
+/// escaped, with room for the rest.
+const CREATE_REQUEST_BODY_LIMIT: u64 = 128 * 1024;
+/// The largest answer (a 2,000-character comment, form-encoded).
+const ANSWER_BODY_LIMIT: u64 = 32 * 1024;
+
+/// A person's answer (docs/API.md §12).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AnswerView {
+    pub choice: String,
+    pub comment: Option<String>,
+    /// RFC 3339.
+    pub answered_at: String,
+}
+
+/// A request for a person (docs/API.md §12).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestView {
+    pub id: String,
+    /// The person's page, `{base}/r/{request_id}/{secret}`: only in the creation's answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    pub title: String,
+    pub body: Option<String>,
+    pub options: Vec<String>,
+    /// `none`, `optional` or `required`.
+    pub comment: String,
+    /// `open`, `answered` or `expired`.
+    pub status: String,
+    pub created_at: String,
+    pub expires_at: String,
+    pub answer: Option<AnswerView>,
+}
+
+impl RequestView {
+    pub fn of(r: &RequestRecord, url: Option<String>, now: Millis) -> Self {
+        Self {
+            id: r.id.clone(),
+            url,
+            title: r.title.clone(),
+            body: r.body.clone(),
+            options: r.options.clone(),
+            comment: r.comment.as_str().into(),
+            status: r.status_at(now).as_str().into(),
+            created_at: format_rfc3339(r.created_at),
+            expires_at: format_rfc3339(r.expires_at),
+            answer: r.answer.as_ref().map(|a| AnswerView {
+                choice: a.choice.clone(),
+                comment: a.comment.clone(),
+                answered_at: format_rfc3339(a.answered_at),
+            }),
+        }
+    }
+}
+
+/// `{"request": …}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestEnvelope {
+    pub request: RequestView,
+}
+
+fn request_url(state: &AppState, headers: &HeaderMap, request_id: &str, secret: &str) -> String {
+    format!("{}/r/{request_id}/{secret}", base_url(state, headers))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/requests", tag = "requests",
+    params(("address_id" = String, Path), ("Idempotency-Key" = Option<String>, Header)),
+    request_body = CreateRequestBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 201, description = "Created; `url` is the person's page, shown here only", body = RequestEnvelope),
+        (status = 200, description = "The request an earlier creation with this Idempotency-Key made", body = RequestEnvelope),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody),
+    )
+)]
+pub async fn create_request(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    let token = bearer_token(&headers)
+        .ok_or(ApiError::Unauthorized)?
+        .to_owned();
+    let claim_key = idempotency_key(&headers)?;
+    let bytes = read_body(&headers, body, CREATE_REQUEST_BODY_LIMIT, "request body").await?;
+    require_json_content_type(&headers)?;
+    let CreateRequestBody {
+        title,
+        body,
+        options,
+        comment,
+        expires_in_seconds,
+    } = json_body::<CreateRequestBody>(&bytes)?;
+    let id = request::new_request_id();
+    let expires_in = expires_in_seconds.unwrap_or(REQUEST_EXPIRES_DEFAULT_SECONDS);
+    let new = NewRequest {
+        secret_hash: ids::hash_secret(&request::request_secret(&token, &id)),
+        id,
+        title,
+        body,
+        options: options.unwrap_or_else(|| DEFAULT_OPTIONS.map(String::from).to_vec()),
+        comment: comment.unwrap_or_default(),
+        created_at: now,
+        expires_at: now
+            .saturating_add(i64::try_from(expires_in.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        claim: claim_key.map(|k| IdempotencyClaim {
+            key_hash: ids::sha256_hex(&k),
+            body_hash: ids::sha256_hex(&bytes),
+        }),
+    };
+    let created = state
+        .store
+        .create_request(&address_id, new, &state.config.limits, now)
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::QuotaExceeded => ApiError::OpenRequestsFull,
+            other => other.into(),
+        })?;
+    let r = &created.request;
+    // The secret is derived from the token that created it: a retry gets the same URL.
+    let url = request_url(
+        &state,
+        &headers,
+        &r.id,
+        &request::request_secret(&token, &r.id),
+    );
+    if !created.duplicate {
+        tracing::info!(%address_id, request_id = %r.id, "request created");
+    }
+    let status = if created.duplicate {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok(json_response(
+        status,
+        &RequestEnvelope {
+            request: RequestView::of(r, Some(url), now),
+        },
+    ))
+}
+
+fn request_id_param(request_id: &str) -> Result<(), ApiError> {
+    if ids::is_valid_id(request_id) {
+        Ok(())
+    } else {
+        Err(ApiError::not_found("No such request."))
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/requests/{request_id}", tag = "requests",
+    params(("address_id" = String, Path), ("request_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The request, with its answer once answered", body = RequestEnvelope),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_request(
+    State(state): State<AppState>,
+    PathParams((address_id, request_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    let record = authenticate(&state, &headers, &address_id, now).await?;
+    request_id_param(&request_id)?;
+    expire_due(&state, &record, now).await?;
+    let r = state
+        .store
+        .get_request(&address_id, &request_id, now)
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::NotFound => ApiError::not_found("No such request."),
+            other => other.into(),
+        })?;
+    Ok(json_response(
+        StatusCode::OK,
+        &RequestEnvelope {
+            request: RequestView::of(&r, None, now),
+        },
+    ))
+}
+
+/// Appends the `request.expired` events that are due (docs/API.md §12) before a read shows the
+/// feed or a request: `address` is the record authentication loaded.
+pub async fn expire_due(
+    state: &AppState,
+    address: &crate::store::AddressRecord,
+    now: Millis,
+) -> Result<(), ApiError> {
+    if address.next_request_expiry.is_some_and(|t| t <= now) {
+        state
+            .store
+            .expire_requests(&address.id, &state.config.limits, now)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A client that names JSON and not HTML in `Accept` (an API client, not a browser).
+fn accepts_only_json(headers: &HeaderMap) -> bool {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    accept.contains("application/json") && !accept.contains("text/html")
+}
+
+/// The request behind a page URL, when the secret is its own; else `None` (a plain 404, the
+/// same for an unknown request, a wrong secret and a gone address).
+async fn request_of_page(
+    state: &AppState,
+    request_id: &str,
+    secret: &str,
+    now: Millis,
+) -> Result<Option<RequestRecord>, ApiError> {
+    if !ids::is_valid_id(request_id) || !ids::is_valid_id(secret) {
+        return Ok(None);
+    }
+    let found = state.store.find_request(request_id, now).await?;
+    let hash = found
+        .as_ref()
+        .map_or(request_page::DUMMY_HASH, |r| r.secret_hash.as_str());
+    // Compared in constant time, and compared even when there is no request.
+    let matches = ids::verify_secret(secret, hash);
+    Ok(found.filter(|_| matches))
+}
+
+#[utoipa::path(
+    get, path = "/r/{request_id}/{secret}", tag = "requests",
+    params(("request_id" = String, Path), ("secret" = String, Path)),
+    responses(
+        (status = 200, description = "The person's page: the question and its form, or the recorded decision", content_type = "text/html"),
+        (status = 404, description = "An unknown request, a wrong secret or a gone address: the same plain page for all (JSON when the client accepts only JSON)",
+         content((ErrorBody = "application/json"), (String = "text/html"))),
+    )
+)]
+pub async fn request_page(
+    State(state): State<AppState>,
+    PathParams((request_id, secret)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    let Some(r) = request_of_page(&state, &request_id, &secret, now).await? else {
+        return Ok(if accepts_only_json(&headers) {
+            ApiError::not_found("No such request.").into_response()
+        } else {
+            request_page::not_found()
+        });
+    };
+    Ok(request_page::page(&r, now, None))
+}
+
+#[utoipa::path(
+    post, path = "/r/{request_id}/{secret}", tag = "requests",
+    params(("request_id" = String, Path), ("secret" = String, Path)),
+    request_body(content = AnswerRequestBody, description = "The page's form (`application/x-www-form-urlencoded`), or the same fields as JSON", content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 303, description = "Form: answered (or closed already); `Location` is the page, which shows the decision"),
+        (status = 200, description = "JSON: answered", body = RequestEnvelope),
+        (status = 400, body = ErrorBody),
+        (status = 404, description = "An unknown request, a wrong secret or a gone address (JSON for a JSON answer, else the plain page)",
+         content((ErrorBody = "application/json"), (String = "text/html"))),
+        (status = 409, description = "JSON: answered already (`request_closed`), or the feed is full", body = ErrorBody),
+        (status = 413, body = ErrorBody),
+    )
+)]
+pub async fn answer_request(
+    State(state): State<AppState>,
+    PathParams((request_id, secret)): PathParams<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+        });
+    let Some(r) = request_of_page(&state, &request_id, &secret, now).await? else {
+        return Ok(if json || accepts_only_json(&headers) {
+            ApiError::not_found("No such request.").into_response()
+        } else {
+            request_page::not_found()
+        });
+    };
+    let bytes = read_body(&headers, body, ANSWER_BODY_LIMIT, "answer").await?;
+    let parsed = if json {
+        json_body::<AnswerRequestBody>(&bytes)
+    } else {
+        request_page::form_fields(&bytes).and_then(parse_fields::<AnswerRequestBody>)
+    };
+    let checked = parsed.and_then(|a| {
+        check_answer(&r.options, r.comment, &a.choice, a.comment.as_deref())
+            .map_err(|e| ApiError::invalid(e.0))
+            .map(|()| a)
+    });
+    let answer = match checked {
+        Ok(a) => a,
+        Err(e) if !json && r.status_at(now) == RequestStatus::Open => {
+            // The person sees the page again, with what was wrong.
+            return Ok(request_page::page(&r, now, Some(&e.to_string())));
+        }
+        Err(e) if json => return Err(e),
+        Err(_) => return Ok(request_page::see_page(&request_id, &secret)),
+    };
+    let outcome = state
+        .store
+        .answer_request(
+            &r.id,
+            Answer {
+                choice: answer.choice,
+                comment: answer.comment,
+                answered_at: now,
+            },
+            &state.config.limits,
+            now,
+        )
+        .await
+        .map_err(|e| match e {
+            crate::store::StoreError::NotFound => ApiError::not_found("No such request."),
+            other => other.into(),
+        })?;
+    match (outcome, json) {
+        (AnswerOutcome::Answered { request, .. }, true) => {
+            tracing::info!(request_id = %request.id, "request answered");
+            Ok(json_response(
+                StatusCode::OK,
+                &RequestEnvelope {
+                    request: RequestView::of(&request, None, now),
+                },
+            ))
+        }
+        (AnswerOutcome::Closed(_), true) => Err(ApiError::RequestClosed),
+        (AnswerOutcome::Answered { request, .. }, false) => {
+            tracing::info!(request_id = %request.id, "request answered");
+            Ok(request_page::see_page(&request_id, &secret))
+        }
+        (AnswerOutcome::Closed(_), false) => Ok(request_page::see_page(&request_id, &secret)),
+    }
+}
+
+/// Headers of every page (docs/API.md §13).
+pub fn page_headers() -> [(header::HeaderName, HeaderValue); 5] {
+    [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+            ),
+        ),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+    ]
+}
+
+#[utoipa::path(
+    get, path = "/r/page.css", tag = "service",
+    responses((status = 200, description = "The stylesheet of the person's page", content_type = "text/css")),
+)]
+pub async fn request_page_css() -> Response {
+    let mut response = (StatusCode::OK, request_page::PAGE_CSS).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    for (name, value) in page_headers() {
+        headers.insert(name, value);
+    }
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    response
+}
