@@ -548,6 +548,21 @@ async fn logs_carry_no_secret(format: &str) {
         assert_eq!(r.status(), status);
     }
     secrets.push(INGEST.to_owned());
+    // A request for a person: its page, a wrong secret, its answer; the page secret is a
+    // secret like the others (docs/API.md §12).
+    let b = c.new_address().await;
+    let asked = agentaddress_blackbox::requests::ask(&c, &b, &json!({"title": "Log me?"})).await;
+    let url = asked["url"].as_str().unwrap_or_default().to_owned();
+    let (base, page_secret) = url.rsplit_once('/').unwrap_or_default();
+    c.get(&url, None).await.expect_status(200, "the page");
+    c.get(&format!("{base}/ars_{}", "x".repeat(43)), None)
+        .await
+        .expect_status(404, "a wrong page secret");
+    let answered =
+        agentaddress_blackbox::requests::answer_form(&url, &[("choice", "Approve")]).await;
+    assert_eq!(answered.status(), 303, "the answer");
+    secrets.push(page_secret.to_owned());
+    secrets.push(b.token.clone());
     let stdout = server.stop().await;
     let logs = format!("{}{stdout}", read(&log_path));
 
@@ -560,6 +575,7 @@ async fn logs_carry_no_secret(format: &str) {
         "/api/v1/addresses/{address_id}/events",
         "/api/v1/addresses/{address_id}/state/{key}",
         "/api/v1/email/inbound",
+        "/r/{request_id}/{secret}",
     ] {
         assert!(
             logs.contains(template),

@@ -25,6 +25,10 @@ pub use crate::request_routes::*;
 
 type ApiResult = Result<Response, ApiError>;
 
+/// How soon a long poll checks a request's expiry again when the service's clock has not
+/// reached it at the moment the monotonic clock said it would.
+const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
+
 /// The byte cap of one page of events (docs/API.md §4).
 const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// How many fresh ids creating an address tries when one is taken.
@@ -306,10 +310,7 @@ pub async fn list_events(
     // Requests for a person that expired get their event before the feed is read, and a wait
     // ends by the next expiry (docs/API.md §12).
     expire_due(&state, &record, now).await?;
-    let next_expiry = record
-        .next_request_expiry
-        .filter(|t| *t > now)
-        .map(|t| arrived + std::time::Duration::from_millis(u64::try_from(t - now).unwrap_or(0)));
+    let next_expiry = record.next_request_expiry.filter(|t| *t > now);
     // The request's headers and URI are not needed while waiting: a long poll holds only what
     // it needs for its whole wait (the header map alone is about half a kilobyte).
     drop((headers, uri));
@@ -352,9 +353,14 @@ async fn long_poll(
     address_id: &str,
     q: &FeedQuery,
     deadline: Instant,
-    mut request_expiry: Option<Instant>,
+    request_expiry: Option<crate::domain::Millis>,
 ) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
     let store = &state.store;
+    // When to check the request expiry next (an instant of this process's monotonic clock).
+    let until = |expiry: crate::domain::Millis| {
+        Duration::from_millis(u64::try_from(expiry - state.clock.now()).unwrap_or(0))
+    };
+    let mut expiry_check = request_expiry.map(|e| Instant::now() + until(e));
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
     let mut shutdown = state.shutdown.clone();
     let mut backoff = POLL_BACKOFF_START;
@@ -379,18 +385,26 @@ async fn long_poll(
         if Instant::now() >= deadline || *shutdown.borrow() {
             return Ok((page, None));
         }
-        // A request for a person expiring during the wait: its event ends the wait.
-        if request_expiry.is_some_and(|t| t <= Instant::now()) {
-            request_expiry = None;
-            if store
-                .expire_requests(address_id, &state.config.limits, state.clock.now())
-                .await?
-                > 0
-            {
-                continue;
+        // A request for a person expiring during the wait: its event ends the wait. The
+        // service's clock decides; checked again shortly if it is behind the monotonic one.
+        if let (Some(expiry), Some(at)) = (request_expiry, expiry_check) {
+            if at <= Instant::now() {
+                let now = state.clock.now();
+                if now >= expiry {
+                    expiry_check = None;
+                    if store
+                        .expire_requests(address_id, &state.config.limits, now)
+                        .await?
+                        > 0
+                    {
+                        continue;
+                    }
+                } else {
+                    expiry_check = Some(Instant::now() + until(expiry).min(EXPIRY_RECHECK));
+                }
             }
         }
-        let wake = request_expiry.map_or(deadline, |t| t.min(deadline));
+        let wake = expiry_check.map_or(deadline, |t| t.min(deadline));
         match &mut wakeups {
             Some(rx) => {
                 tokio::select! {
@@ -400,7 +414,7 @@ async fn long_poll(
                 }
             }
             None => loop {
-                if request_expiry.is_some_and(|t| t <= Instant::now()) {
+                if expiry_check.is_some_and(|t| t <= Instant::now()) {
                     break;
                 }
                 let nap = backoff.min(wake.saturating_duration_since(Instant::now()));

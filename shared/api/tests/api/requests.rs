@@ -410,3 +410,76 @@ async fn reading_a_request_appends_its_due_expiry_too() {
     assert_eq!(page.events.len(), 1);
     assert_eq!(page.events[0].event_type, "request.expired");
 }
+
+#[tokio::test]
+async fn the_sweeper_expires_requests_of_idle_addresses() {
+    let app = TestApp::new();
+    let a = app.create().await;
+    let r = ask(
+        &app,
+        &a,
+        &json!({"title": "Idle?", "expires_in_seconds": 60}),
+    )
+    .await;
+    app.advance(61);
+    // Nobody reads the feed; the embedded store's sweeper appends the event.
+    app.store
+        .sweep(&app.limits, app.now())
+        .await
+        .expect("sweep");
+    let page = app
+        .store
+        .read_events(&a.id, 0, 10, u64::MAX, app.now())
+        .await
+        .expect("read");
+    assert_eq!(page.events.len(), 1);
+    assert_eq!(page.events[0].event_type, "request.expired");
+    assert!(page.events[0].data.contains(r["id"].as_str().expect("id")));
+    // And it does not append it again.
+    app.store
+        .sweep(&app.limits, app.now())
+        .await
+        .expect("sweep");
+    assert_eq!(
+        app.events(&a, "after=0").await["events"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+#[tokio::test]
+async fn a_long_poll_wakes_when_a_request_expires() {
+    // The poll waits on the store's signal; the request expires 1 s into it (real time: the
+    // wait is real, the request's expiry is set from the manual clock's start).
+    let app = TestApp::new();
+    let a = app.create().await;
+    let r = ask(
+        &app,
+        &a,
+        &json!({"title": "Wake?", "expires_in_seconds": 60}),
+    )
+    .await;
+    // 59 s of the request's minute pass on the manual clock; the last one passes in real time
+    // while the poll waits (the poll computes its wake-up from the expiry and the clock).
+    app.advance(59);
+    let started = std::time::Instant::now();
+    let advance = {
+        let clock = app.clock.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+            clock.advance_secs(1);
+        })
+    };
+    let feed = app.events(&a, "after=0&wait=5").await;
+    advance.await.expect("advance task");
+    let events = feed["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1, "{feed}");
+    assert_eq!(events[0]["type"], "request.expired");
+    assert_eq!(events[0]["data"]["request_id"], r["id"]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "woken at the expiry, not at the end of the wait: {:?}",
+        started.elapsed()
+    );
+}
