@@ -379,3 +379,75 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
     let token = cli.token("mail");
     cli.assert_never_printed(&token);
 }
+
+/// `agentaddress ask`: the request and its page URL are printed (never the token); the
+/// person's answer arrives through `poll`; the same --idempotency-key gives the same URL; a bad
+/// option is refused by the server with exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_a_person_and_poll_the_answer() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    cli.create(&["create", "deploy"]).await;
+    let body = cli.scratch("body.md");
+    std::fs::write(&body, "The **build** passed.").unwrap_or_else(|e| panic!("{e}"));
+    let body = body.display().to_string();
+    let asked = cli
+        .ok(&[
+            "ask",
+            "deploy",
+            "Ship it?",
+            "--option",
+            "Ship",
+            "--option",
+            "Hold",
+            "--body",
+            &body,
+            "--comment",
+            "none",
+            "--idempotency-key",
+            "ask-1",
+        ])
+        .await;
+    let r = &asked["request"];
+    assert_eq!(r["options"], json!(["Ship", "Hold"]));
+    assert_eq!(r["body"], "The **build** passed.");
+    assert_eq!(r["comment"], "none");
+    let url = r["url"].as_str().unwrap_or_default().to_owned();
+    assert!(url.starts_with(&format!("{}/r/req_", s.base)), "{url}");
+    let again = cli
+        .ok(&[
+            "ask",
+            "deploy",
+            "Ship it?",
+            "--option",
+            "Ship",
+            "--option",
+            "Hold",
+            "--body",
+            &body,
+            "--comment",
+            "none",
+            "--idempotency-key",
+            "ask-1",
+        ])
+        .await;
+    assert_eq!(
+        again["request"]["url"],
+        url.as_str(),
+        "a retry prints the same URL"
+    );
+
+    let answered = agentaddress_blackbox::requests::answer_form(&url, &[("choice", "Ship")]).await;
+    assert_eq!(answered.status(), 303);
+    let polled = cli.ok(&["poll", "deploy", "--wait", "5"]).await;
+    assert_eq!(polled["events"][0]["type"], "request.answered", "{polled}");
+    assert_eq!(polled["events"][0]["data"]["choice"], "Ship");
+
+    cli.fails(
+        &["ask", "deploy", "Dup?", "--option", "a", "--option", "a"],
+        2,
+        "invalid_request",
+    )
+    .await;
+    cli.assert_never_printed(&cli.token("deploy"));
+}
