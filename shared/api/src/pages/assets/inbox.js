@@ -84,6 +84,7 @@
       }
       if (e.status === 410 && e.code === "address_gone") {
         stop();
+        $("no-events").hidden = true;
         say("This address is gone (410): it was deleted or has expired. Its events and state are no longer kept.");
         live("Stopped.");
         return true;
@@ -292,7 +293,8 @@
             el("span", { className: "meta", text: "revision " + str(k.revision) + " · " + fmtSize(k.size) + " · " + fmtTime(k.updated_at) }),
             el("pre", { text: pretty(v.value) })));
       }
-      info.textContent = (list.state_keys || 0) + " keys, " + fmtSize(list.state_bytes) + " of " +
+      const n = Number(list.state_keys) || 0;
+      info.textContent = n + (n === 1 ? " key, " : " keys, ") + fmtSize(list.state_bytes) + " of " +
         fmtSize(list.limits && list.limits.max_bytes);
     } catch (e) {
       if (mine !== run) return;
@@ -306,6 +308,7 @@
     run += 1;
     if (aborter) aborter.abort();
     clearTimeout(stateTimer);
+    $("state-info").textContent = "";
   }
 
   function open(id, token) {
