@@ -81,17 +81,25 @@ impl Browser {
                 let _ = driver.kill().await;
                 continue;
             }
+            let mut options = json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
+                    format!("--window-size={},{}", viewport.width.max(500), viewport.height),
+                ],
+            });
+            // A window is at least 500 px wide: a phone's screen is emulated instead.
+            if viewport.width < 500 {
+                options["mobileEmulation"] = json!({"deviceMetrics": {
+                    "width": viewport.width, "height": viewport.height, "pixelRatio": 2.0,
+                    "mobile": true, "touch": true,
+                }});
+            }
             let caps = json!({
                 "browserName": "chrome",
                 "goog:loggingPrefs": {"browser": "ALL"},
-                "goog:chromeOptions": {
-                    "binary": CHROMIUM,
-                    "args": [
-                        "--headless=new", "--no-sandbox", "--disable-gpu",
-                        "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
-                        format!("--window-size={},{}", viewport.width, viewport.height),
-                    ],
-                },
+                "goog:chromeOptions": options,
             });
             let caps = caps.as_object().cloned().unwrap_or_default();
             let mut builder = ClientBuilder::new(HttpConnector::new());

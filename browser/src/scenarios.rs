@@ -397,6 +397,11 @@ pub async fn phone_and_keyboard(d: &Deployment<'_>) {
     .await;
     let b = Browser::start(PHONE).await;
     b.open(&c.url("/inbox")).await;
+    assert_eq!(
+        b.js("return window.innerWidth", vec![]).await,
+        PHONE.width,
+        "the page is laid out for the phone's width"
+    );
     let focused = "return document.activeElement && document.activeElement.id";
     assert_eq!(
         b.js(focused, vec![]).await,
