@@ -116,7 +116,14 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
             .into_iter()
             .flatten()
         {
-            let _ = write!(out, "\n`{ct}`:\n\n{}", json_block(&content["schema"]));
+            match schema_name(&content["schema"]) {
+                Some(name) => {
+                    let _ = writeln!(out, "\n`{ct}`: the schema `{name}` (under Schemas).");
+                }
+                None => {
+                    let _ = write!(out, "\n`{ct}`:\n\n{}", json_block(&content["schema"]));
+                }
+            }
         }
     }
     out.push_str("\nResponses:\n");
@@ -126,9 +133,7 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
             let _ = write!(line, " {d}");
         }
         for (ct, content) in r["content"].as_object().into_iter().flatten() {
-            let schema = content["schema"]["$ref"]
-                .as_str()
-                .and_then(|s| s.rsplit('/').next())
+            let schema = schema_name(&content["schema"])
                 .map(|s| format!(" → `{s}`"))
                 .unwrap_or_default();
             let _ = write!(line, " (`{ct}`{schema})");
@@ -139,13 +144,22 @@ fn operation(out: &mut String, method: &str, path: &str, op: &Value) {
                 .filter_map(Value::as_str)
                 .map(|c| format!("`{c}`"))
                 .collect();
-            let _ = write!(line, "; codes: {}", codes.join(", "));
+            let codes = codes.join(", ");
+            // A response the annotations left undescribed is described by its codes already.
+            if r["description"].as_str() != Some(codes.as_str()) {
+                let _ = write!(line, "; codes: {codes}");
+            }
         }
         if r["headers"].get("Retry-After").is_some() {
             line.push_str("; with `Retry-After`");
         }
         let _ = writeln!(out, "{line}");
     }
+}
+
+/// The component a schema refers to, when it is only a reference.
+fn schema_name(schema: &Value) -> Option<&str> {
+    schema["$ref"].as_str().and_then(|s| s.rsplit('/').next())
 }
 
 fn json_block(v: &Value) -> String {

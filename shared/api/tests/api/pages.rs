@@ -88,6 +88,19 @@ async fn llms_full_is_skill_md_then_every_operation_of_openapi() {
             let section = &section[..section.find("\n## ").unwrap_or(section.len())];
             let id = op["operationId"].as_str().expect("operationId");
             assert!(section.contains(&format!("Operation `{id}`")), "{heading}");
+            for content in op["requestBody"]["content"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                let schema = &content.1["schema"];
+                let named = schema["$ref"].as_str().and_then(|r| r.rsplit('/').next());
+                let shown = named.map_or_else(|| schema.to_string(), |n| format!("`{n}`"));
+                assert!(
+                    named.is_none() || section.contains(&shown),
+                    "{heading}: request body {shown}"
+                );
+            }
             for status in op["responses"].as_object().expect("responses").keys() {
                 assert!(
                     section.contains(&format!("- `{status}`")),
