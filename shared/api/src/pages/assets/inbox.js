@@ -216,8 +216,8 @@
     li.dataset.eventId = str(ev.id);
     li.dataset.type = str(ev.type);
     const head = el("p", { className: "head" },
-      el("span", { className: "seq", text: "#" + str(ev.sequence) }),
-      el("span", { className: "type", text: str(ev.type) }),
+      el("span", { className: "seq", text: "#" + str(ev.sequence) }), " ",
+      el("span", { className: "type", text: str(ev.type) }), " ",
       el("span", { className: "meta", text: "from " + str(ev.source) + " · " + str(ev.ingress_surface) + " · " + fmtTime(ev.received_at) }));
     li.append(head);
     // Only mail the server received is shown as mail: a webhook may call itself email.received.
