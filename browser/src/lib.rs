@@ -68,8 +68,10 @@ impl Browser {
         // A free port may be taken between asking for it and chromedriver binding it: try again.
         for _ in 0..5 {
             let port = free_port();
+            // Its own process group, with the browser it starts: see `Drop`.
             let mut driver = Command::new(CHROMEDRIVER)
                 .arg(format!("--port={port}"))
+                .process_group(0)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .kill_on_drop(true)
@@ -238,10 +240,22 @@ impl Browser {
         );
     }
 
+    /// Ends the session (Chromium quits); dropping the browser then ends chromedriver.
     pub async fn close(self) {
-        let Browser { wd, mut driver } = self;
-        let _ = wd.close().await;
-        let _ = driver.kill().await;
+        let _ = self.wd.clone().close().await;
+    }
+}
+
+/// A test that panics never reaches [`Browser::close`]: chromedriver and the Chromium it
+/// started (its process group) are killed, so no browser outlives its test.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
