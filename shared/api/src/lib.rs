@@ -16,6 +16,7 @@ mod handlers;
 pub mod hygiene;
 pub mod openapi;
 pub mod page_budget;
+pub mod pages;
 pub mod request;
 mod request_log;
 mod request_page;

@@ -439,7 +439,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 23);
+        assert_eq!(operations, 28);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -43,7 +43,8 @@ pub struct AnswerView {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RequestView {
     pub id: String,
-    /// The person's page, `{base}/r/{request_id}/{secret}`: only in the creation's answer.
+    /// The person's page on this server, `…/r/{request_id}/{secret}`: only in the creation's
+    /// answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     pub title: String,

@@ -30,7 +30,9 @@ pub enum RouteGroup {
     Events,
     /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
     State,
-    /// `/healthz`, `/openapi.json`, `/skill.md`, and every request no other group serves
+    /// `/healthz`, `/openapi.json`, `/skill.md`, the pages and discovery documents (`/inbox`,
+    /// its assets, `/llms-full.txt`, `/.well-known/agentaddress.json`), and every request no
+    /// other group serves
     Service,
     /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
     Mcp,
@@ -303,7 +305,7 @@ route_table! {
     Inbox INBOX "inbox" [deliver]
     Events EVENTS "events" [list_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]
-    Service SERVICE "service" [healthz, openapi_json, skill_md]
+    Service SERVICE "service" [healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
     Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).

@@ -11,6 +11,7 @@ mod edges;
 mod feed;
 mod inbox;
 mod lifecycle;
+mod pages;
 mod requests;
 mod secrets;
 mod service;

@@ -59,6 +59,11 @@ async fn openapi_describes_every_route() {
         ("/healthz", &["get"]),
         ("/openapi.json", &["get"]),
         ("/skill.md", &["get"]),
+        ("/inbox", &["get"]),
+        ("/assets/inbox.js", &["get"]),
+        ("/assets/inbox.css", &["get"]),
+        ("/llms-full.txt", &["get"]),
+        ("/.well-known/agentaddress.json", &["get"]),
     ];
     for (path, methods) in expected {
         let item = paths
@@ -140,6 +145,8 @@ async fn wrong_methods_are_405_json() {
         (Method::POST, "/healthz".to_owned()),
         (Method::DELETE, "/openapi.json".to_owned()),
         (Method::PUT, "/skill.md".to_owned()),
+        (Method::POST, "/inbox".to_owned()),
+        (Method::DELETE, "/llms-full.txt".to_owned()),
     ] {
         let r = t.send(req(method.clone(), &path).bearer(&a.token)).await;
         assert_eq!(

@@ -1,0 +1,311 @@
+//! The pages of docs/API.md §13 in a real browser: Debian's `chromium`, driven over WebDriver
+//! by `chromedriver` (the `chromium-driver` package; `scripts/test` installs both), headless.
+//! Like the black-box suite it needs only a deployment's base URL, so the same scenarios
+//! ([`scenarios`]) run against `agentaddress serve` and against the Lambda stack.
+//!
+//! Each [`Browser`] starts its own `chromedriver` on a free port and ends it when dropped.
+//! Without Chromium the tests fail, saying how to install it: they never skip.
+#![forbid(unsafe_code)]
+
+pub mod requests;
+pub mod scenarios;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client as WebDriver, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// What a missing browser means, and how to get it.
+fn install_hint() -> String {
+    format!(
+        "the browser tests need Debian's chromium and chromium-driver ({CHROMIUM}, \
+         {CHROMEDRIVER}): `apt-get install -y chromium chromium-driver` (scripts/test installs \
+         them)"
+    )
+}
+
+/// A window size.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewport {
+    pub width: u32,
+    pub height: u32,
+}
+
+pub const DESKTOP: Viewport = Viewport {
+    width: 1280,
+    height: 900,
+};
+/// A phone held upright (an iPhone 14's CSS pixels).
+pub const PHONE: Viewport = Viewport {
+    width: 390,
+    height: 844,
+};
+
+/// A headless Chromium session and the chromedriver that drives it.
+pub struct Browser {
+    pub wd: WebDriver,
+    driver: Child,
+}
+
+impl Browser {
+    /// Starts chromedriver on a free port and a headless Chromium of `viewport`.
+    pub async fn start(viewport: Viewport) -> Browser {
+        for path in [CHROMIUM, CHROMEDRIVER] {
+            assert!(
+                std::path::Path::new(path).exists(),
+                "{path} is missing: {}",
+                install_hint()
+            );
+        }
+        let mut last = String::new();
+        // A free port may be taken between asking for it and chromedriver binding it: try again.
+        for _ in 0..5 {
+            let port = free_port();
+            // Its own process group, with the browser it starts: see `Drop`.
+            let mut driver = Command::new(CHROMEDRIVER)
+                .arg(format!("--port={port}"))
+                .process_group(0)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .kill_on_drop(true)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {CHROMEDRIVER}: {e}; {}", install_hint()));
+            let url = format!("http://127.0.0.1:{port}");
+            if !ready(&url, &mut driver).await {
+                last = format!("chromedriver on port {port} did not become ready");
+                let _ = driver.kill().await;
+                continue;
+            }
+            let mut options = json!({
+                "binary": CHROMIUM,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
+                    format!("--window-size={},{}", viewport.width.max(500), viewport.height),
+                ],
+            });
+            // A window is at least 500 px wide: a phone's screen is emulated instead.
+            if viewport.width < 500 {
+                options["mobileEmulation"] = json!({"deviceMetrics": {
+                    "width": viewport.width, "height": viewport.height, "pixelRatio": 2.0,
+                    "mobile": true, "touch": true,
+                }});
+            }
+            let caps = json!({
+                "browserName": "chrome",
+                "goog:loggingPrefs": {"browser": "ALL"},
+                "goog:chromeOptions": options,
+            });
+            let caps = caps.as_object().cloned().unwrap_or_default();
+            let mut builder = ClientBuilder::new(HttpConnector::new());
+            builder.capabilities(caps);
+            match builder.connect(&url).await {
+                Ok(wd) => return Browser { wd, driver },
+                Err(e) => {
+                    last = format!("cannot start a Chromium session: {e}; {}", install_hint());
+                    let _ = driver.kill().await;
+                }
+            }
+        }
+        panic!("{last}");
+    }
+
+    /// Opens `url` and waits for the page's `load` event.
+    pub async fn open(&self, url: &str) {
+        self.wd
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("open {url}: {e}"));
+    }
+
+    /// Runs `script` (a function body; `arguments` holds `args`) in the page.
+    pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
+        self.wd
+            .execute(script, args)
+            .await
+            .unwrap_or_else(|e| panic!("run {script:?} in the page: {e}"))
+    }
+
+    /// Waits up to `within` until `script` (given `args`) returns a truthy value; returns it,
+    /// or panics with `what`.
+    pub async fn until(&self, within: Duration, what: &str, script: &str, args: &[Value]) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.js(script, args.to_vec()).await;
+            let truthy =
+                !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
+            if truthy {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}; the page says: {}",
+                self.page_text().await
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The visible text of the page, for failure messages.
+    pub async fn page_text(&self) -> String {
+        self.wd
+            .execute(
+                "return document.body ? document.body.innerText : ''",
+                vec![],
+            )
+            .await
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+
+    /// Types `text` into the element `css`.
+    pub async fn type_into(&self, css: &str, text: &str) {
+        self.wd
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("find {css}: {e}"))
+            .send_keys(text)
+            .await
+            .unwrap_or_else(|e| panic!("type into {css}: {e}"));
+    }
+
+    /// Clicks the element `css`.
+    pub async fn click(&self, css: &str) {
+        self.wd
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("find {css}: {e}"))
+            .click()
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Sends keys to whatever has the focus (keyboard-only use).
+    pub async fn keys(&self, keys: &str) {
+        self.wd
+            .active_element()
+            .await
+            .unwrap_or_else(|e| panic!("the focused element: {e}"))
+            .send_keys(keys)
+            .await
+            .unwrap_or_else(|e| panic!("send keys: {e}"));
+    }
+
+    /// Saves a screenshot as `target/screenshots/{name}.png`; returns its path.
+    pub async fn screenshot(&self, name: &str) -> PathBuf {
+        let png = self
+            .wd
+            .screenshot()
+            .await
+            .unwrap_or_else(|e| panic!("screenshot {name}: {e}"));
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let path = dir.join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        path
+    }
+
+    /// The browser's console log since the last call (chromedriver's `goog:loggingPrefs`).
+    pub async fn console(&self) -> Vec<Value> {
+        match self.wd.issue_cmd(BrowserLog).await {
+            Ok(Value::Array(entries)) => entries,
+            Ok(other) => panic!("the browser log is not a list: {other}"),
+            Err(e) => panic!("read the browser log: {e}"),
+        }
+    }
+
+    /// Panics when the console reports a Content-Security-Policy violation: our own page and
+    /// assets never cause one, and markup smuggled in by an event would.
+    pub async fn assert_no_csp_violation(&self, what: &str) {
+        let violations: Vec<Value> = self
+            .console()
+            .await
+            .into_iter()
+            .filter(|e| {
+                let m = e["message"].as_str().unwrap_or("");
+                m.contains("Content Security Policy") || m.contains("Content-Security-Policy")
+            })
+            .collect();
+        assert!(
+            violations.is_empty(),
+            "{what}: CSP violations: {violations:?}"
+        );
+    }
+
+    /// Ends the session (Chromium quits); dropping the browser then ends chromedriver.
+    pub async fn close(self) {
+        let _ = self.wd.clone().close().await;
+    }
+}
+
+/// A test that panics never reaches [`Browser::close`]: chromedriver and the Chromium it
+/// started (its process group) are killed, so no browser outlives its test.
+impl Drop for Browser {
+    fn drop(&mut self) {
+        if let Some(pid) = self.driver.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// `POST /session/{id}/se/log {"type": "browser"}`: chromedriver's console log.
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/se/log", session_id.unwrap_or("")))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        (http::Method::POST, Some(r#"{"type":"browser"}"#.to_owned()))
+    }
+}
+
+/// `target/screenshots`, beside the test binaries (`target/debug/deps/…`).
+pub fn screenshot_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(|p| p.to_path_buf()))
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("screenshots")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// Whether chromedriver at `url` answers `/status` within 10 s.
+async fn ready(url: &str, driver: &mut Child) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = driver.try_wait() {
+            return false;
+        }
+        let addr = url.trim_start_matches("http://");
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

@@ -1,0 +1,693 @@
+//! The browser scenarios, for any deployment: the inbox viewer's live feed, acks and state; its
+//! 401, 410 and 429 messages; hostile events and mail shown as text; a phone and a keyboard;
+//! the pages' headers and the discovery documents; and the figures of docs/PERFORMANCE.md.
+//! Screenshots of each state go to `target/screenshots/{label}-….png`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agentaddress_blackbox::email::{email_of, ingest, unique};
+use agentaddress_blackbox::{Address, Client};
+use serde_json::{json, Value};
+
+use crate::{Browser, DESKTOP, PHONE};
+
+/// A deployment under test.
+pub struct Deployment<'a> {
+    pub client: &'a Client,
+    /// Its raw-MIME webhook door's secret (docs/API.md §10), to send mail.
+    pub ingest_secret: &'a str,
+    /// Names its screenshots (`serve`, `lambda`).
+    pub label: &'a str,
+}
+
+const SOON: Duration = Duration::from_secs(15);
+const TAB: &str = "\u{E004}";
+const ENTER: &str = "\u{E007}";
+
+/// Whether the row of event `arguments[0]` is on the page.
+const ROW: &str = "return !!document.querySelector('li[data-event-id=\"' + arguments[0] + '\"]')";
+
+/// Opens `/inbox`, types the credentials and waits for the first read of the feed.
+async fn log_in(b: &Browser, c: &Client, a: &Address) {
+    b.open(&c.url("/inbox")).await;
+    b.type_into("#address-id", &a.id).await;
+    b.type_into("#read-token", &a.token).await;
+    b.click("#open").await;
+    viewer_is_live(b).await;
+}
+
+async fn viewer_is_live(b: &Browser) {
+    b.until(
+        SOON,
+        "the viewer reads the feed",
+        "return !document.getElementById('viewer').hidden \
+         && document.getElementById('live').textContent.startsWith('Live')",
+        &[],
+    )
+    .await;
+}
+
+async fn deliver(c: &Client, a: &Address, body: &Value) -> String {
+    let r = c.deliver(a, body, None).await;
+    r.expect_status(202, "deliver");
+    r.json["event"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no event id: {}", r.text))
+        .to_owned()
+}
+
+async fn text_of(b: &Browser, css: &str) -> String {
+    b.js(
+        "const e = document.querySelector(arguments[0]); return e ? e.textContent : null",
+        vec![json!(css)],
+    )
+    .await
+    .as_str()
+    .unwrap_or_else(|| panic!("no element {css}"))
+    .to_owned()
+}
+
+/// The token is typed once, kept in session storage only, and the page reads the feed live: a
+/// delivery appears without a reload, an ack in the page is the API's `acknowledged_at`, a state
+/// write shows its key and value.
+pub async fn live_feed_ack_and_state(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let b = Browser::start(DESKTOP).await;
+    b.open(&c.url("/inbox")).await;
+    b.screenshot(&format!("{}-inbox-login", d.label)).await;
+    log_in(&b, c, &a).await;
+    assert_eq!(
+        b.wd.current_url().await.map(|u| u.to_string()).ok(),
+        Some(c.url("/inbox")),
+        "the URL carries no credential"
+    );
+    let kept = b
+        .js("return [document.cookie, sessionStorage.getItem('agentaddress.inbox'), localStorage.length]", vec![])
+        .await;
+    assert_eq!(kept[0], "", "no cookie");
+    assert!(
+        kept[1].as_str().is_some_and(|s| s.contains(&a.token)),
+        "the token is in session storage: {kept}"
+    );
+    assert_eq!(kept[2], 0, "nothing in local storage");
+
+    b.js("window.__sameDocument = 42", vec![]).await;
+    let id = deliver(
+        c,
+        &a,
+        &json!({"type": "ci.finished", "source": "ci", "data": {"build": 7, "ok": true}}),
+    )
+    .await;
+    b.until(SOON, "the delivery appears", ROW, &[json!(id)])
+        .await;
+    assert_eq!(
+        b.js("return window.__sameDocument", vec![]).await,
+        42,
+        "the row came without a reload"
+    );
+    let row = format!("li[data-event-id=\"{id}\"]");
+    let text = text_of(&b, &row).await;
+    assert!(
+        text.contains("ci.finished") && text.contains("\"build\": 7"),
+        "{text}"
+    );
+
+    let r = c
+        .json(
+            "PUT",
+            &format!("{}/progress", a.state_url),
+            Some(&a.token),
+            &json!({"value": {"step": 1}}),
+        )
+        .await;
+    r.expect_status(200, "write state");
+    b.until(
+        SOON,
+        "the state key is shown",
+        "const t = document.getElementById('state').textContent; \
+         return t.includes('progress') && t.includes('\"step\": 1')",
+        &[],
+    )
+    .await;
+
+    b.click(&format!("{row} button.ack")).await;
+    let at = b
+        .until(
+            SOON,
+            "the ack is shown",
+            "const e = document.querySelector(arguments[0] + ' .acked'); \
+             return e && e.dataset.acknowledgedAt",
+            &[json!(row)],
+        )
+        .await;
+    let r = c
+        .get(&format!("{}/events/{id}", a.root), Some(&a.token))
+        .await;
+    r.expect_status(200, "read the event");
+    assert_eq!(
+        r.json["event"]["acknowledged_at"], at,
+        "the API shows the page's ack"
+    );
+    b.screenshot(&format!("{}-inbox-live", d.label)).await;
+    b.assert_no_csp_violation("the live viewer").await;
+
+    // Readable without the style sheet: the same text, in document order.
+    b.js(
+        "for (const s of document.styleSheets) s.disabled = true",
+        vec![],
+    )
+    .await;
+    let plain = b.page_text().await;
+    for text in [
+        "Events",
+        "ci.finished",
+        "Acknowledged at",
+        "State",
+        "progress",
+    ] {
+        assert!(
+            plain.contains(text),
+            "without CSS the page shows {text:?}: {plain}"
+        );
+    }
+    b.screenshot(&format!("{}-inbox-no-css", d.label)).await;
+    b.js(
+        "for (const s of document.styleSheets) s.disabled = false",
+        vec![],
+    )
+    .await;
+
+    b.click("#forget").await;
+    let gone = b
+        .js(
+            "return [sessionStorage.length, document.getElementById('login').hidden]",
+            vec![],
+        )
+        .await;
+    assert_eq!(gone, json!([0, false]), "forgetting removes the token");
+    b.close().await;
+}
+
+/// A wrong token is the 401 message (and forgotten); a deleted address is the 410 message.
+pub async fn wrong_token_and_gone_address(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let b = Browser::start(DESKTOP).await;
+    b.open(&c.url("/inbox")).await;
+    b.type_into("#address-id", &a.id).await;
+    b.type_into("#read-token", "aat_not-the-token").await;
+    b.click("#open").await;
+    b.until(
+        SOON,
+        "the 401 message",
+        "const m = document.getElementById('message'); \
+         return !m.hidden && m.textContent.includes('401') && m.textContent.includes('Wrong')",
+        &[],
+    )
+    .await;
+    let state = b
+        .js(
+            "return [sessionStorage.length, document.getElementById('viewer').hidden]",
+            vec![],
+        )
+        .await;
+    assert_eq!(state, json!([0, true]), "a refused token is not kept");
+    b.screenshot(&format!("{}-inbox-401", d.label)).await;
+
+    let gone = c.new_address().await;
+    c.send("DELETE", &gone.root, Some(&gone.token), &[], None)
+        .await
+        .expect_status(204, "delete");
+    b.open(&c.url("/inbox")).await;
+    b.type_into("#address-id", &gone.id).await;
+    b.type_into("#read-token", &gone.token).await;
+    b.click("#open").await;
+    b.until(
+        SOON,
+        "the 410 message",
+        "const m = document.getElementById('message'); \
+         return !m.hidden && m.textContent.includes('410') && m.textContent.includes('gone')",
+        &[],
+    )
+    .await;
+    b.screenshot(&format!("{}-inbox-410", d.label)).await;
+    b.assert_no_csp_violation("the error messages").await;
+    b.close().await;
+}
+
+/// On a deployment that allows few polls per minute, a 429 is explained and waited out.
+pub async fn rate_limit_is_explained(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let b = Browser::start(DESKTOP).await;
+    log_in(&b, c, &a).await;
+    // Each delivery ends a waiting poll, and the next poll is over the limit.
+    for i in 0..3 {
+        deliver(c, &a, &json!({"type": "tick", "data": {"i": i}})).await;
+    }
+    let message = b
+        .until(
+            Duration::from_secs(30),
+            "the 429 message",
+            "const m = document.getElementById('message'); \
+             return !m.hidden && m.textContent.includes('429') && m.textContent",
+            &[],
+        )
+        .await;
+    assert!(
+        message.as_str().is_some_and(|m| m.contains(" s.")),
+        "it says how long it waits: {message}"
+    );
+    b.screenshot(&format!("{}-inbox-429", d.label)).await;
+    b.close().await;
+}
+
+/// A hostile `subject`, `from`, text and HTML part, as one email.
+fn hostile_mail(to: &str) -> Vec<u8> {
+    format!(
+        "From: \"<img src=x onerror=window.__pwned=1>\" <evil@example.com>\r\n\
+         To: {to}\r\n\
+         Subject: <script>window.__pwned=1</script>\r\n\
+         Message-ID: <{}@example.com>\r\n\
+         MIME-Version: 1.0\r\n\
+         Content-Type: multipart/mixed; boundary=\"m\"\r\n\
+         \r\n\
+         --m\r\n\
+         Content-Type: multipart/alternative; boundary=\"a\"\r\n\
+         \r\n\
+         --a\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         \r\n\
+         Click javascript:window.__pwned=1 now\r\n\
+         --a\r\n\
+         Content-Type: text/html; charset=utf-8\r\n\
+         \r\n\
+         <html><body><img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=1</script>\
+         <a href=\"javascript:window.__pwned=1\">win</a><iframe src=\"javascript:window.__pwned=1\"></iframe>\
+         <style>body{{display:none}}</style></body></html>\r\n\
+         --a--\r\n\
+         --m\r\n\
+         Content-Type: text/plain; name=\"report.txt\"\r\n\
+         Content-Disposition: attachment; filename=\"report.txt\"\r\n\
+         \r\n\
+         the report\r\n\
+         --m--\r\n",
+        unique("hostile")
+    )
+    .into_bytes()
+}
+
+/// Markup in an event's type, source and data, and in every part of an email, is shown as text
+/// and sets nothing off: no element is made of it, the sentinel stays unset, and the browser
+/// reports no CSP violation. The attachment downloads with the token.
+pub async fn hostile_content_is_text(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let script = "<script>window.__pwned=1</script>";
+    let img = "<img src=x onerror=\"window.__pwned=1\">";
+    let link = "<a href=\"javascript:window.__pwned=1\">click</a>";
+    let hook = deliver(
+        c,
+        &a,
+        &json!({"type": img, "source": script, "data": {
+            "script": script, "img": img, "link": link, "url": "javascript:window.__pwned=1",
+            "svg": "<svg onload=\"window.__pwned=1\"></svg>", "style": "<style>*{display:none}</style>",
+            "nested": {"html": format!("{script}{img}{link}")}
+        }}),
+    )
+    .await;
+    // A webhook may call itself email.received: it is not shown as mail (no download buttons).
+    let fake = deliver(
+        c,
+        &a,
+        &json!({"type": "email.received", "source": "webhook", "data": {
+            "from": img, "subject": script, "html": img,
+            "attachments": [{"id": "att_1", "filename": "invoice.exe", "size": 1}]
+        }}),
+    )
+    .await;
+    let to = email_of(&a);
+    let r = ingest(c, d.ingest_secret, &[to.as_str()], &hostile_mail(&to)).await;
+    r.expect_status(200, "ingest the hostile mail");
+    assert_eq!(
+        r.json["accepted"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        r.text
+    );
+
+    let b = Browser::start(DESKTOP).await;
+    log_in(&b, c, &a).await;
+    b.until(SOON, "the webhook's row", ROW, &[json!(hook)])
+        .await;
+    b.until(
+        SOON,
+        "the mail's row",
+        "return !!document.querySelector('li[data-type=\"email.received\"] .mail')",
+        &[],
+    )
+    .await;
+    b.until(SOON, "the fake mail's row", ROW, &[json!(fake)])
+        .await;
+    let fake_row = b
+        .js(
+            "return document.querySelectorAll('li[data-event-id=\"' + arguments[0] + '\"] .mail, \
+             li[data-event-id=\"' + arguments[0] + '\"] button.attachment').length",
+            vec![json!(fake)],
+        )
+        .await;
+    assert_eq!(fake_row, 0, "a webhook is never shown as mail");
+    b.js(
+        "document.querySelectorAll('details').forEach((d) => { d.open = true; })",
+        vec![],
+    )
+    .await;
+    let made = b
+        .js(
+            "return document.querySelectorAll('#events img, #events script, #events a, \
+             #events iframe, #events svg, #events style, #events [onerror], #events [onload]').length",
+            vec![],
+        )
+        .await;
+    assert_eq!(made, 0, "no element was made from event data");
+    let text = text_of(&b, "#events").await;
+    for shown in [
+        "<script>window.__pwned=1</script>",
+        "<img src=x onerror=",
+        "javascript:window.__pwned=1",
+        "<iframe src=",
+        "onerror=window.__pwned=1",
+    ] {
+        assert!(text.contains(shown), "{shown:?} is shown as text");
+    }
+    let subject = text_of(&b, "li[data-type=\"email.received\"] .mail dl").await;
+    assert!(
+        subject.contains("Subject<script>window.__pwned=1</script>"),
+        "{subject}"
+    );
+
+    b.click("li[data-type=\"email.received\"] button.attachment")
+        .await;
+    b.until(
+        SOON,
+        "the attachment is saved",
+        "const m = document.getElementById('message'); \
+         return !m.hidden && m.textContent.startsWith('Saved report.txt')",
+        &[],
+    )
+    .await;
+    b.screenshot(&format!("{}-inbox-hostile", d.label)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        b.js("return typeof window.__pwned", vec![]).await,
+        "undefined",
+        "nothing in the events ran"
+    );
+    b.assert_no_csp_violation("hostile events").await;
+    b.close().await;
+}
+
+/// On a phone-sized screen, with the keyboard only: the id field has the focus, Tab reaches the
+/// token, Enter opens the feed, Tab reaches an ack button with a visible focus ring, Enter
+/// acknowledges; nothing is wider than the screen.
+pub async fn phone_and_keyboard(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let id = deliver(
+        c,
+        &a,
+        &json!({"type": "approval.requested", "source": "deploy-bot",
+                "data": {"title": "Ship release 1.4 to production?", "options": ["yes", "no"]}}),
+    )
+    .await;
+    let b = Browser::start(PHONE).await;
+    b.open(&c.url("/inbox")).await;
+    assert_eq!(
+        b.js("return window.innerWidth", vec![]).await,
+        PHONE.width,
+        "the page is laid out for the phone's width"
+    );
+    let focused = "return document.activeElement && document.activeElement.id";
+    assert_eq!(
+        b.js(focused, vec![]).await,
+        "address-id",
+        "the id field has the focus"
+    );
+    b.keys(&a.id).await;
+    b.keys(TAB).await;
+    assert_eq!(
+        b.js(focused, vec![]).await,
+        "read-token",
+        "Tab reaches the token"
+    );
+    b.keys(&a.token).await;
+    b.keys(ENTER).await;
+    viewer_is_live(&b).await;
+    b.until(SOON, "the event's row", ROW, &[json!(id)]).await;
+    let mut on_ack = false;
+    for _ in 0..20 {
+        b.keys(TAB).await;
+        if b.js(
+            "return document.activeElement.classList.contains('ack')",
+            vec![],
+        )
+        .await
+            == true
+        {
+            on_ack = true;
+            break;
+        }
+    }
+    assert!(on_ack, "Tab reaches the ack button");
+    let ring = b
+        .js(
+            "return getComputedStyle(document.activeElement).outlineStyle",
+            vec![],
+        )
+        .await;
+    assert_ne!(ring, "none", "the focus is visible");
+    b.screenshot(&format!("{}-inbox-phone", d.label)).await;
+    b.keys(ENTER).await;
+    b.until(
+        SOON,
+        "Enter acknowledges",
+        "return !!document.querySelector('.acked')",
+        &[],
+    )
+    .await;
+    let fits = b
+        .js(
+            "return document.documentElement.scrollWidth <= window.innerWidth",
+            vec![],
+        )
+        .await;
+    assert_eq!(fits, true, "nothing is wider than the phone's screen");
+    let r = c
+        .get(&format!("{}/events/{id}", a.root), Some(&a.token))
+        .await;
+    assert!(r.json["event"]["acknowledged_at"].is_string(), "{}", r.text);
+    b.screenshot(&format!("{}-inbox-phone-acked", d.label))
+        .await;
+    b.assert_no_csp_violation("the phone").await;
+    b.close().await;
+}
+
+/// The pages' security headers, the page weight (returned: HTML + JS + CSS bytes), no inline
+/// script or style, revalidation, and the discovery documents: `/llms-full.txt` names every
+/// operation of `/openapi.json`, `/.well-known/agentaddress.json` where everything is.
+pub async fn headers_and_discovery(c: &Client) -> usize {
+    let mut weight = 0;
+    for (path, ct) in [
+        ("/inbox", "text/html"),
+        ("/assets/inbox.js", "text/javascript"),
+        ("/assets/inbox.css", "text/css"),
+        ("/llms-full.txt", "text/markdown"),
+        ("/.well-known/agentaddress.json", "application/json"),
+    ] {
+        let r = c.get(path, None).await;
+        r.expect_status(200, path);
+        let h = |name: &str| {
+            r.headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        assert!(
+            h("content-type").starts_with(ct),
+            "{path}: {}",
+            h("content-type")
+        );
+        let csp = h("content-security-policy");
+        assert!(
+            csp.contains("default-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{path}: CSP {csp:?}"
+        );
+        assert!(!csp.contains("unsafe"), "{path}: CSP {csp:?}");
+        assert_eq!(h("referrer-policy"), "no-referrer", "{path}");
+        assert_eq!(h("x-content-type-options"), "nosniff", "{path}");
+        assert!(!h("cache-control").is_empty(), "{path}: Cache-Control");
+        if path == "/inbox" || path.starts_with("/assets/") {
+            weight += r.bytes.len();
+            let etag = h("etag");
+            let again = c
+                .send("GET", path, None, &[("if-none-match", etag.as_str())], None)
+                .await;
+            again.expect_status(304, &format!("{path} revalidated"));
+        }
+        if path == "/inbox" {
+            let html = r.text.to_ascii_lowercase();
+            assert_eq!(
+                html.matches("<script").count(),
+                html.matches("<script src=").count(),
+                "no inline script"
+            );
+            assert!(
+                !html.contains("<style") && !html.contains(" style="),
+                "no inline style"
+            );
+            assert!(!has_inline_handler(&html), "no inline event handler");
+        }
+    }
+    assert!(
+        weight <= 50 * 1024,
+        "the inbox page weighs {weight} bytes (≤ 50 KB)"
+    );
+
+    let openapi = c.get("/openapi.json", None).await;
+    openapi.expect_status(200, "openapi");
+    let llms = c.get("/llms-full.txt", None).await.text;
+    assert!(llms.starts_with("# agentaddress"), "skill.md comes first");
+    assert!(!llms.contains("{base}"), "no unreplaced placeholder");
+    let mut operations = 0;
+    for (path, item) in openapi.json["paths"].as_object().into_iter().flatten() {
+        for method in item.as_object().into_iter().flatten().map(|(m, _)| m) {
+            let heading = format!("\n## {} {path}\n", method.to_uppercase());
+            assert!(llms.contains(&heading), "llms-full.txt lacks {heading:?}");
+            operations += 1;
+        }
+    }
+    assert!(operations >= 20, "{operations} operations");
+
+    let w = c.get("/.well-known/agentaddress.json", None).await;
+    let w = &w.json;
+    assert_eq!(w["api_base"], c.url("/api/v1"), "{w}");
+    assert_eq!(w["openapi"], c.url("/openapi.json"));
+    assert_eq!(w["skill"], c.url("/skill.md"));
+    assert_eq!(w["mcp"], c.url("/api/mcp"));
+    assert!(
+        w["version"].is_string() && w["email_domain"].is_string(),
+        "{w}"
+    );
+    assert!(w["limits"]["max_inbox_bytes"].is_u64(), "{w}");
+    let features = w["features"].as_array().cloned().unwrap_or_default();
+    assert!(features.contains(&json!("inbox_viewer")), "{w}");
+    c.get(w["skill"].as_str().unwrap_or(""), None)
+        .await
+        .expect_status(200, "the skill link works");
+    weight
+}
+
+/// Whether `html` has an attribute `on…=` (an inline event handler).
+fn has_inline_handler(html: &str) -> bool {
+    html.match_indices(" on").any(|(i, _)| {
+        let rest = &html[i + 3..];
+        let name = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
+        name > 0 && rest[name..].trim_start().starts_with('=')
+    })
+}
+
+/// The figures of docs/PERFORMANCE.md, "Pages".
+#[derive(Debug)]
+pub struct Figures {
+    /// HTML + JS + CSS bytes of `/inbox`.
+    pub weight: usize,
+    /// Milliseconds from navigation start to the first contentful paint, one per load that
+    /// reported one.
+    pub first_paint_ms: Vec<f64>,
+    /// Milliseconds from navigation start to `DOMContentLoaded`'s end, one per load.
+    pub dom_ready_ms: Vec<f64>,
+    /// Milliseconds from a webhook delivery's request to its row on the open page.
+    pub delivery_ms: Vec<f64>,
+}
+
+fn epoch_ms() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or_default()
+}
+
+/// Measures the page: `loads` fresh loads of `/inbox` (navigation timing), then `deliveries`
+/// webhooks one after the other, each timed from just before its request to the moment its row
+/// is added (a MutationObserver in the page; same machine, same clock). The deployment must
+/// allow that many polls per minute.
+pub async fn measure(c: &Client, loads: usize, deliveries: usize) -> Figures {
+    let weight = headers_and_discovery(c).await;
+    let b = Browser::start(DESKTOP).await;
+    let (mut first_paint_ms, mut dom_ready_ms) = (Vec::new(), Vec::new());
+    for _ in 0..loads {
+        b.open(&c.url("/inbox")).await;
+        let t = b
+            .until(
+                SOON,
+                "navigation timing",
+                "const n = performance.getEntriesByType('navigation')[0]; \
+                 const p = performance.getEntriesByName('first-contentful-paint')[0]; \
+                 return n && n.loadEventEnd > 0 && (p || performance.now() > n.loadEventEnd + 2000) \
+                   && [p ? p.startTime : -1, n.domContentLoadedEventEnd]",
+                &[],
+            )
+            .await;
+        if let Some(paint) = t[0].as_f64().filter(|p| *p >= 0.0) {
+            first_paint_ms.push(paint);
+        }
+        dom_ready_ms.push(t[1].as_f64().unwrap_or_default());
+    }
+    let a = c.new_address().await;
+    log_in(&b, c, &a).await;
+    b.js(
+        "window.__shown = {}; new MutationObserver((changes) => { \
+           const at = performance.timeOrigin + performance.now(); \
+           for (const c of changes) for (const n of c.addedNodes) \
+             if (n.dataset && n.dataset.eventId) window.__shown[n.dataset.eventId] = at; \
+         }).observe(document.getElementById('events'), {childList: true})",
+        vec![],
+    )
+    .await;
+    let mut delivery_ms = Vec::new();
+    for i in 0..deliveries {
+        // Let the page's next long poll start waiting.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let sent = epoch_ms();
+        let id = deliver(c, &a, &json!({"type": "bench.tick", "data": {"i": i}})).await;
+        let shown = b
+            .until(
+                SOON,
+                "the row",
+                "return window.__shown[arguments[0]]",
+                &[json!(id)],
+            )
+            .await;
+        delivery_ms.push(shown.as_f64().unwrap_or_default() - sent);
+    }
+    b.close().await;
+    Figures {
+        weight,
+        first_paint_ms,
+        dom_ready_ms,
+        delivery_ms,
+    }
+}
+
+/// The `q` quantile (0–1) of `values`, nearest rank.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}

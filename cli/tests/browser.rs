@@ -1,0 +1,132 @@
+//! The pages (docs/API.md §13) in headless Chromium against `agentaddress serve`: the browser
+//! scenarios of `agentaddress-browser` (which run against the Lambda stack too), the 429
+//! message (a server allowing few polls), and the figures of docs/PERFORMANCE.md ("Pages").
+//! Screenshots go to `target/screenshots/serve-*.png`.
+
+mod common;
+
+use agentaddress_blackbox::Client;
+use agentaddress_browser::scenarios::{self, Deployment};
+
+const SECRET: &str = "ingest-secret-for-the-browser-suite";
+
+struct Serve {
+    _child: tokio::process::Child,
+    client: Client,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(extra: &[&str]) -> Serve {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let mut args = vec!["--email-ingest-secret", SECRET];
+    args.extend_from_slice(extra);
+    let (child, base) =
+        common::spawn_serve(&dir.path().join("pages.db"), "127.0.0.1:0", &args).await;
+    Serve {
+        _child: child,
+        client: Client::new(&base),
+        _dir: dir,
+    }
+}
+
+fn deployment(s: &Serve) -> Deployment<'_> {
+    Deployment {
+        client: &s.client,
+        ingest_secret: SECRET,
+        label: "serve",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_shows_deliveries_live_and_acks_them() {
+    let s = serve(&[]).await;
+    scenarios::live_feed_ack_and_state(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_and_a_gone_address_are_explained() {
+    let s = serve(&[]).await;
+    scenarios::wrong_token_and_gone_address(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_feed_is_explained_and_waited_out() {
+    let s = serve(&["--polls-per-minute", "2"]).await;
+    scenarios::rate_limit_is_explained(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_events_and_mail_render_as_text() {
+    let s = serve(&[]).await;
+    scenarios::hostile_content_is_text(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_works_on_a_phone_with_the_keyboard_only() {
+    let s = serve(&[]).await;
+    scenarios::phone_and_keyboard(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_carry_security_headers_and_discovery_names_everything() {
+    let s = serve(&[]).await;
+    let weight = scenarios::headers_and_discovery(&s.client).await;
+    assert!(weight > 1000, "the page has content: {weight} bytes");
+}
+
+/// Prints the figures of docs/PERFORMANCE.md ("Pages"); asserts only that they were measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn measure_page_weight_first_render_and_delivery_delay() {
+    let s = serve(&["--polls-per-minute", "100000"]).await;
+    let f = scenarios::measure(&s.client, 10, 100).await;
+    let q = |v: &[f64], p: f64| scenarios::quantile(v, p);
+    println!(
+        "pages: /inbox weighs {} bytes (HTML + JS + CSS); first contentful paint p50 {:.0} ms \
+         (max {:.0} ms, {} loads reported one), DOMContentLoaded p50 {:.0} ms over {} loads; webhook to row p50 \
+         {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} deliveries",
+        f.weight,
+        q(&f.first_paint_ms, 0.5),
+        q(&f.first_paint_ms, 1.0),
+        f.first_paint_ms.len(),
+        q(&f.dom_ready_ms, 0.5),
+        f.dom_ready_ms.len(),
+        q(&f.delivery_ms, 0.5),
+        q(&f.delivery_ms, 0.99),
+        q(&f.delivery_ms, 1.0),
+        f.delivery_ms.len(),
+    );
+    assert_eq!(f.delivery_ms.len(), 100);
+    assert!(
+        !f.first_paint_ms.is_empty(),
+        "Chromium reported a first contentful paint"
+    );
+    assert!(
+        f.delivery_ms.iter().all(|d| d.is_finite() && *d > 0.0),
+        "{:?}",
+        f.delivery_ms
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_answers_a_request_while_the_agent_waits() {
+    let s = serve(&[]).await;
+    agentaddress_browser::requests::a_person_answers_while_the_agent_waits(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_browsers_answering_at_once_record_one_answer() {
+    let s = serve(&[]).await;
+    agentaddress_browser::requests::two_browsers_answer_at_once(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_request_renders_as_text() {
+    let s = serve(&[]).await;
+    agentaddress_browser::requests::hostile_request_is_text(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_answered_on_a_phone_with_the_keyboard_only() {
+    let s = serve(&[]).await;
+    agentaddress_browser::requests::phone_and_keyboard(&deployment(&s)).await;
+}

@@ -1,0 +1,68 @@
+//! The pages (docs/API.md §13) in headless Chromium against the local Lambda stack: the same
+//! browser scenarios as against `agentaddress serve`, served by the `service` function (page,
+//! assets, discovery) and the API's functions. Screenshots go to
+//! `target/screenshots/lambda-*.png`.
+//!
+//! `scripts/test` starts the stack and passes `AGENTADDRESS_LAMBDA_URL` and
+//! `AGENTADDRESS_TEST_INGEST_SECRET`; without them these tests fail loudly, never skip.
+
+use agentaddress_blackbox::Client;
+use agentaddress_browser::scenarios::{self, Deployment};
+
+fn env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
+    }
+}
+
+fn with_stack<'a>(client: &'a Client, secret: &'a str) -> Deployment<'a> {
+    Deployment {
+        client,
+        ingest_secret: secret,
+        label: "lambda",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_shows_deliveries_live_and_acks_them() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    scenarios::live_feed_ack_and_state(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_and_a_gone_address_are_explained() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    scenarios::wrong_token_and_gone_address(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_events_and_mail_render_as_text() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    scenarios::hostile_content_is_text(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inbox_works_on_a_phone_with_the_keyboard_only() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    scenarios::phone_and_keyboard(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_carry_security_headers_and_discovery_names_everything() {
+    let c = Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"));
+    let weight = scenarios::headers_and_discovery(&c).await;
+    assert!(weight > 1000, "the page has content: {weight} bytes");
+}
