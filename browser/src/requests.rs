@@ -128,8 +128,13 @@ pub async fn two_browsers_answer_at_once(d: &Deployment<'_>) {
     let winner = recorded[0]["data"]["choice"].clone();
     assert!(winner == "Left" || winner == "Right", "{winner}");
     for (name, b) in [("left", &left), ("right", &right)] {
-        b.until(SOON, "the winner's decision", DECIDED, &[winner.clone()])
-            .await;
+        b.until(
+            SOON,
+            "the winner's decision",
+            DECIDED,
+            std::slice::from_ref(&winner),
+        )
+        .await;
         b.screenshot(&format!("{}-request-race-{name}", d.label))
             .await;
     }

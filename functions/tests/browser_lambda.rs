@@ -66,3 +66,38 @@ async fn pages_carry_security_headers_and_discovery_names_everything() {
     let weight = scenarios::headers_and_discovery(&c).await;
     assert!(weight > 1000, "the page has content: {weight} bytes");
 }
+
+/// The request's routes and page, served by the `requests` function (docs/API.md §12).
+fn stack() -> (Client, String) {
+    (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_answers_a_request_while_the_agent_waits() {
+    let (c, secret) = stack();
+    agentaddress_browser::requests::a_person_answers_while_the_agent_waits(&with_stack(
+        &c, &secret,
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_browsers_answering_at_once_record_one_answer() {
+    let (c, secret) = stack();
+    agentaddress_browser::requests::two_browsers_answer_at_once(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_request_renders_as_text() {
+    let (c, secret) = stack();
+    agentaddress_browser::requests::hostile_request_is_text(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_is_answered_on_a_phone_with_the_keyboard_only() {
+    let (c, secret) = stack();
+    agentaddress_browser::requests::phone_and_keyboard(&with_stack(&c, &secret)).await;
+}

@@ -29,8 +29,8 @@ fn crate_binaries() -> BTreeSet<String> {
         .collect()
 }
 
-/// Every route a Lambda function serves ([`RouteGroup::LAMBDA`]; the others are `serve`'s alone
-/// for now, and on Lambda the `service` catch-all answers them 501).
+/// Every route a Lambda function serves ([`RouteGroup::LAMBDA`]: every group now; a group left
+/// out would be `serve`'s alone, and on Lambda the `service` catch-all would answer it 501).
 fn expected_routes() -> BTreeSet<(String, String, String)> {
     RouteGroup::LAMBDA
         .iter()

@@ -71,7 +71,7 @@ impl RouteGroup {
     ];
 
     /// The groups a Lambda function serves (`template.yaml` has one function for each).
-    pub const LAMBDA: [RouteGroup; 8] = [
+    pub const LAMBDA: [RouteGroup; 9] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -80,6 +80,7 @@ impl RouteGroup {
         RouteGroup::Service,
         RouteGroup::Mcp,
         RouteGroup::Email,
+        RouteGroup::Requests,
     ];
 
     /// Whether a Lambda function serves this group (else only `agentaddress serve` does).
@@ -240,9 +241,7 @@ async fn not_served_here() -> ApiError {
 /// A route of a group no Lambda function serves yet ([`RouteGroup::on_lambda`]).
 async fn not_deployed() -> ApiError {
     ApiError::NotSupported(
-        "This deployment does not serve this route yet: requests for a person are served by \
-         `agentaddress serve`."
-            .into(),
+        "This deployment does not serve this route yet; `agentaddress serve` does.".into(),
     )
 }
 

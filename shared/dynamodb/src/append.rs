@@ -12,9 +12,12 @@ use aws_sdk_dynamodb::types::{
 use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
+use crate::requests::RequestClose;
 use crate::retry::uuid_like;
 use crate::store::rules::{self, Quota};
-use crate::store::{AddressRecord, EventRef, IdempotencyClaim, NewEvent, StoreError, StoreResult};
+use crate::store::{
+    AddressRecord, EventRef, IdempotencyClaim, NewEvent, RequestRecord, StoreError, StoreResult,
+};
 use crate::{DynamoStore, Item};
 
 /// How a cancelled append transaction is to be answered.
@@ -28,6 +31,9 @@ pub enum Cancelled {
     StateConflict(Option<u64>),
     /// The idempotency item exists: its event and body hash.
     Idempotent { event: EventRef, body_hash: String },
+    /// The request the event was to close is closed already (answered, or expired): the
+    /// request as the failed condition found it (docs/API.md §12).
+    RequestClosed(RequestRecord),
 }
 
 /// Reads the cancellation reasons of an append transaction item by item. `meta`, `state` and
@@ -190,13 +196,29 @@ impl DynamoStore {
 
     /// Builds and runs the append transaction for `event` at `address.last_sequence + 1`.
     /// Returns `Ok(Err(cancelled))` when DynamoDB cancelled it.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn append_tx(
         &self,
         address: &AddressRecord,
         event: &NewEvent,
         claim: Option<&Claim>,
         state: Option<&StateChange>,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Result<EventRef, Cancelled>> {
+        self.append_closing_tx(address, event, claim, state, None, limits, now)
+            .await
+    }
+
+    /// [`DynamoStore::append_tx`], closing a request in the same transaction when `request`
+    /// is given (its items conditioned on the request being open; see `requests`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn append_closing_tx(
+        &self,
+        address: &AddressRecord,
+        event: &NewEvent,
+        claim: Option<&Claim>,
+        state: Option<&StateChange>,
+        request: Option<&RequestClose>,
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Result<EventRef, Cancelled>> {
@@ -222,6 +244,13 @@ impl DynamoStore {
             }
             None => {}
         }
+        let mut condition = String::from(
+            "seq = :cur AND attribute_not_exists(deleted_at) AND \
+             (attribute_not_exists(expires_at) OR expires_at > :now)",
+        );
+        if let Some(r) = request {
+            r.meta_update(&mut update_expr, &mut condition, &mut values);
+        }
         items.push(
             TransactWriteItem::builder()
                 .update(
@@ -229,10 +258,7 @@ impl DynamoStore {
                         .table_name(&self.table)
                         .set_key(Some(key(pk(id), "META".into())))
                         .update_expression(update_expr)
-                        .condition_expression(
-                            "seq = :cur AND attribute_not_exists(deleted_at) AND \
-                             (attribute_not_exists(expires_at) OR expires_at > :now)",
-                        )
+                        .condition_expression(condition)
                         .set_expression_attribute_values(Some(values))
                         .return_values_on_condition_check_failure(
                             ReturnValuesOnConditionCheckFailure::AllOld,
@@ -352,6 +378,12 @@ impl DynamoStore {
             )?);
         }
 
+        let mut request_index = None;
+        if let Some(r) = request {
+            request_index = Some(items.len());
+            items.extend(r.items(&self.table, id, now)?);
+        }
+
         // One token per transaction, set here and not by the SDK: every SDK attempt of this
         // call re-sends it unchanged, and a new read-modify-write gets a new one.
         let token = uuid_like();
@@ -383,13 +415,25 @@ impl DynamoStore {
                             );
                             return Ok(Ok(ours));
                         }
-                        Ok(Err(classify_cancellation(
+                        let cancelled = classify_cancellation(
                             reasons,
                             meta_index,
                             state_index,
                             idem_index,
                             now,
-                        )))
+                        );
+                        // A request closed meanwhile (its condition failed with the item as
+                        // it is) is the answer unless the address is gone; an unreadable one
+                        // is re-read by the retry.
+                        let closed = request_index
+                            .and_then(|i| reasons.get(i))
+                            .filter(|r| r.code() == Some("ConditionalCheckFailed"))
+                            .and_then(|r| r.item())
+                            .and_then(|item| crate::requests::request_from(item).ok());
+                        Ok(Err(match (cancelled, closed) {
+                            (Cancelled::Retry, Some(request)) => Cancelled::RequestClosed(request),
+                            (cancelled, _) => cancelled,
+                        }))
                     }
                     _ => Err(sdk_err("TransactWriteItems", SdkError::ServiceError(ctx))),
                 }

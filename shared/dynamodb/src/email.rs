@@ -132,7 +132,9 @@ impl DynamoStore {
                     duplicate: true,
                 })),
                 Err(Cancelled::Gone) => Err(StoreError::AddressGone),
-                Err(Cancelled::StateConflict(_)) | Err(Cancelled::Retry) => Ok(None),
+                Err(Cancelled::StateConflict(_))
+                | Err(Cancelled::RequestClosed(_))
+                | Err(Cancelled::Retry) => Ok(None),
             }
         })
         .await;

@@ -101,7 +101,9 @@ impl DynamoStore {
                     None => Ok(None),
                 },
                 Err(Cancelled::Gone) => Err(StoreError::AddressGone),
-                Err(Cancelled::StateConflict(_)) | Err(Cancelled::Retry) => Ok(None),
+                Err(Cancelled::StateConflict(_))
+                | Err(Cancelled::RequestClosed(_))
+                | Err(Cancelled::Retry) => Ok(None),
             }
         })
         .await

@@ -2,13 +2,16 @@
 //!
 //! | item | pk | sk |
 //! |---|---|---|
-//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, ttl) |
+//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, qrev, ttl) |
 //! | state key | `A#{id}` | `S#{key}` |
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
 //! | rate window | `R#{scope}#{minute}` | `R` |
 //! | email key | `E#{lower-cased email}` | `E` (address_id, ttl) |
 //! | email record | `A#{id}` | `M#{email_id}` (seq, event_id, raw_key, raw_size, expires_at, ttl) |
+//! | request | `Q#{request_id}` | `Q` (address_id, title, body, options, status, answer, ttl) |
+//! | request entry | `A#{id}` | `Q#{request_id}` (status, expires_at, ttl) |
+//! | request key | `A#{id}` | `QK#{sha256(key)}` (request_id, body_hash, ttl) |
 //!
 //! Raw email messages are objects of the email bucket (`bucket`), never items: the email
 //! record and the event item name the object (`raw_key`).
@@ -61,6 +64,7 @@
 //! - `retry`: the SDK retry policy, the append retry loop, conflict re-sends;
 //! - `purge`: purging deleted addresses (queue, step, message handler);
 //! - `rate_limit`: rate-limit counters;
+//! - `requests`: requests for a person (docs/API.md §12): creation, reads, answers, expiry;
 //! - `email`: inbound email (append with its object, reads by event and by `email_id`);
 //!   `bucket`: the email bucket's objects (S3);
 //! - `capacity`: consumed-capacity metrics; `config`: [`AwsConfig`].
@@ -81,6 +85,7 @@ mod events;
 mod item;
 mod purge;
 mod rate_limit;
+mod requests;
 mod retry;
 mod state;
 
@@ -105,9 +110,10 @@ use aws_sdk_dynamodb::Client;
 
 use crate::domain::{Limits, Millis};
 use crate::store::{
-    Acked, AddressRecord, Appended, Download, Event, EventPage, IdempotencyClaim, NewAddress,
-    NewEmail, NewEvent, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
-    StoreResult, StoredEmail, SweepReport, Usage,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Download, Event,
+    EventPage, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
+    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
+    StoredEmail, SweepReport, Usage,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -332,6 +338,48 @@ impl Store for DynamoStore {
         download: &Download<'_>,
     ) -> StoreResult<Option<String>> {
         self.download_link_impl(id, email_id, download).await
+    }
+
+    async fn create_request(
+        &self,
+        id: &str,
+        request: NewRequest,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        self.create_request_impl(id, request, limits, now).await
+    }
+
+    async fn get_request(
+        &self,
+        id: &str,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<RequestRecord> {
+        self.get_request_impl(id, request_id, now).await
+    }
+
+    async fn find_request(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        self.find_request_impl(request_id, now).await
+    }
+
+    async fn answer_request(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<AnswerOutcome> {
+        self.answer_request_impl(request_id, answer, limits, now)
+            .await
+    }
+
+    async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
+        self.expire_requests_impl(id, limits, now).await
     }
 
     async fn read_events(

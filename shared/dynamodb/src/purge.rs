@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use crate::capacity::Tally;
 use crate::domain::{ids, Millis};
 use crate::item::*;
+use crate::requests::{request_key, ENTRY_PREFIX};
 use crate::store::{StoreError, StoreResult};
 use crate::{DynamoStore, Item};
 
@@ -28,7 +29,7 @@ pub struct PurgeProgress {
 
 impl DynamoStore {
     /// One step of purging a deleted (or expired) address: deletes up to `budget` of its
-    /// items other than the META tombstone; the last step gives its email-key item the
+    /// items other than the META tombstone (and the request items its request entries name); the last step gives its email-key item the
     /// tombstone's TTL (the key is found until the tombstone is forgotten). Refuses a live
     /// address.
     pub async fn purge_address(
@@ -87,7 +88,15 @@ impl DynamoStore {
             })
             .collect();
         let more = out.last_evaluated_key().is_some() || others.len() > budget;
-        let keys = &others[..others.len().min(budget)];
+        let partition = &others[..others.len().min(budget)];
+        // A request's item is outside the partition, named by its entry: it goes in an
+        // earlier batch than the entry, so that no failed step leaves it unnamed.
+        let mut keys: Vec<Item> = partition
+            .iter()
+            .filter_map(|k| get_s(k, "sk"))
+            .filter_map(|sk| sk.strip_prefix(ENTRY_PREFIX).map(request_key))
+            .collect();
+        keys.extend_from_slice(partition);
         let found = keys.len();
         for batch in keys.chunks(25) {
             let mut requests = Vec::with_capacity(batch.len());

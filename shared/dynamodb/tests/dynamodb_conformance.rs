@@ -64,9 +64,14 @@ mod email_conformance {
     agentaddress_core::store_email_conformance_tests!(super::make_with_bucket().await);
 }
 
+mod request_conformance {
+    agentaddress_core::store_request_conformance_tests!(super::make().await);
+}
+
 mod dynamodb_only {
     use agentaddress_core::domain::{ids, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::request_conformance::new_request;
     use agentaddress_core::store::{IdempotencyClaim, NewAddress, NewEvent, Store, StoreError};
     use agentaddress_dynamodb::handle_purge_message;
     use aws_sdk_dynamodb::types::AttributeValue;
@@ -86,6 +91,21 @@ mod dynamodb_only {
             .iter()
             .filter_map(|i| i.get("sk").and_then(|v| v.as_s().ok()).cloned())
             .collect()
+    }
+
+    async fn request_item_exists(store: &super::DynamoStore, request_id: &str) -> bool {
+        let client = super::DynamoStore::client_from_env().await;
+        client
+            .get_item()
+            .table_name(store.table())
+            .key("pk", AttributeValue::S(format!("Q#{request_id}")))
+            .key("sk", AttributeValue::S("Q".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get the request item")
+            .item
+            .is_some()
     }
 
     #[tokio::test]
@@ -129,6 +149,19 @@ mod dynamodb_only {
             .put_state(&id, "k", "1".into(), None, &limits, T0)
             .await
             .expect("put");
+        // Requests for a person: their items live outside the partition.
+        let mut requests = Vec::new();
+        for claim in [None, Some(("k", "body"))] {
+            let r = new_request(3_600_000, claim);
+            requests.push(r.id.clone());
+            store
+                .create_request(&id, r, &limits, T0)
+                .await
+                .expect("create request");
+        }
+        for r in &requests {
+            assert!(request_item_exists(&store, r).await, "request {r} stored");
+        }
         let before = items_of(&store, &id).await;
         assert!(
             before.iter().any(|sk| sk.contains("#001")),
@@ -152,6 +185,12 @@ mod dynamodb_only {
         }
         assert!(done, "purge finishes in bounded steps");
         assert_eq!(items_of(&store, &id).await, vec!["META".to_owned()]);
+        for r in &requests {
+            assert!(
+                !request_item_exists(&store, r).await,
+                "request {r} purged with its address"
+            );
+        }
         assert_eq!(
             store.read_events(&id, 0, 10, 1 << 22, T0).await.map(|_| ()),
             Err(StoreError::AddressGone)

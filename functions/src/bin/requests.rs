@@ -1,0 +1,10 @@
+//! Lambda function `requests`: the Requests routes of the API — creating and reading requests
+//! for a person, and the person's page and its answers (docs/API.md §12).
+#![forbid(unsafe_code)]
+
+use agentaddress_api::routes::groups;
+
+#[tokio::main]
+async fn main() -> Result<(), agentaddress_functions::Error> {
+    agentaddress_functions::run_http(&[&groups::REQUESTS]).await
+}

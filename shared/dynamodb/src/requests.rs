@@ -1,0 +1,757 @@
+//! Requests for a person on AWS (docs/API.md §12). A request is its own item, `Q#{request_id}` /
+//! `Q`, so that its page finds it by id alone ([`Store::find_request`]); the address partition
+//! holds an entry per request (`Q#{request_id}`: status and expiry, for the open-request count,
+//! the due expiries and the purge) and, for a creation with an Idempotency-Key, a key record
+//! (`QK#{sha256(key)}`: the request id and the body hash).
+//!
+//! Every step is ONE `TransactWriteItems`, with conditions instead of locks:
+//! - **create**: META (live, and its open-request revision `qrev` as read; `qrev` + 1 and
+//!   `next_request_expiry`), the request item, its entry and the key record, each
+//!   `attribute_not_exists`. A lost race on `qrev` re-reads and retries, so the open-request
+//!   cap and the earliest expiry are judged on what the transaction replaces; an existing key
+//!   record is the earlier creation.
+//! - **answer** and **expiry**: the append transaction of the closing event
+//!   (`request.answered`, `request.expired`), with the request item conditioned on
+//!   `status = open` (and, for an answer, `expires_at > now`), its entry, and META's `qrev` and
+//!   `next_request_expiry` beside the sequence bump. The request condition failing is
+//!   [`Cancelled::RequestClosed`] with the request as it stands: another answer (or expiry)
+//!   won, and nothing changed.
+//!
+//! Ambiguous outcomes are the append's (crate docs): an explicit token per transaction, and a
+//! re-sent creation cancelled on a request item of our own id is our own write.
+//!
+//! [`Store::find_request`]: crate::store::Store::find_request
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
+};
+
+use crate::append::Cancelled;
+use crate::capacity::Tally;
+use crate::domain::request::{self, CommentMode, RequestStatus};
+use crate::domain::{Ingress, Limits, Millis};
+use crate::item::*;
+use crate::retry::{uuid_like, with_append_retries};
+use crate::store::{
+    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewEvent, NewRequest, RequestRecord,
+    StoreError, StoreResult,
+};
+use crate::{DynamoStore, Item};
+
+/// The sort key of a request item.
+const REQUEST_SK: &str = "Q";
+
+/// The partition of request `request_id`'s item; never `A#…`.
+fn request_pk(request_id: &str) -> String {
+    format!("Q#{request_id}")
+}
+
+/// The key of request `request_id`'s item.
+pub(crate) fn request_key(request_id: &str) -> Item {
+    key(request_pk(request_id), REQUEST_SK.into())
+}
+
+/// The sort key of request `request_id`'s entry in its address's partition.
+pub(crate) fn entry_sk(request_id: &str) -> String {
+    format!("Q#{request_id}")
+}
+
+/// The prefix of the address partition's request entries.
+pub(crate) const ENTRY_PREFIX: &str = "Q#";
+
+/// The sort key of a creation's Idempotency-Key record.
+fn key_record_sk(key_hash: &str) -> String {
+    format!("QK#{key_hash}")
+}
+
+/// The TTL of a request's items: a retention period past its expiry (docs/API.md §12).
+fn request_ttl(expires_at: Millis, limits: &Limits) -> AttributeValue {
+    n(ttl_secs(expires_at.saturating_add(limits.retention_ms())))
+}
+
+/// Whether an item of a request is past its TTL at `now`: forgotten, though DynamoDB may not
+/// have removed it yet (reads filter expiry themselves; crate docs).
+fn forgotten(item: &Item, now: Millis) -> bool {
+    get_i(item, "ttl").is_some_and(|t| t.saturating_mul(1000) <= now)
+}
+
+/// A request item as a record.
+pub(crate) fn request_from(item: &Item) -> StoreResult<RequestRecord> {
+    let field = |name: &str| {
+        get_s(item, name).ok_or_else(|| StoreError::Internal(format!("request without {name}")))
+    };
+    let options = match item.get("options") {
+        Some(AttributeValue::L(list)) => {
+            list.iter().filter_map(|v| v.as_s().ok().cloned()).collect()
+        }
+        _ => return Err(StoreError::Internal("request without options".into())),
+    };
+    let status = field("status")?;
+    let answer = match (get_s(item, "choice"), get_i(item, "answered_at")) {
+        (Some(choice), Some(answered_at)) => Some(Answer {
+            choice,
+            comment: get_s(item, "answer_comment"),
+            answered_at,
+        }),
+        _ => None,
+    };
+    Ok(RequestRecord {
+        id: field("request_id")?,
+        address_id: field("address_id")?,
+        title: field("title")?,
+        body: get_s(item, "body"),
+        options,
+        comment: CommentMode::parse(&field("comment_mode")?)
+            .ok_or_else(|| StoreError::Internal("request with an unknown comment mode".into()))?,
+        created_at: get_i(item, "created_at").unwrap_or(0),
+        expires_at: get_i(item, "expires_at").unwrap_or(0),
+        secret_hash: field("secret_hash")?,
+        status: RequestStatus::parse(&status)
+            .ok_or_else(|| StoreError::Internal(format!("request with status {status}")))?,
+        answer,
+    })
+}
+
+/// A request's entry in its address's partition.
+#[derive(Debug, Clone)]
+struct Entry {
+    request_id: String,
+    open: bool,
+    expires_at: Millis,
+}
+
+/// The address as read before a request step: its record and its open-request revision, which
+/// the step's transaction requires unchanged.
+struct Read {
+    address: AddressRecord,
+    qrev: u64,
+    /// Its request entries, read after META.
+    entries: Vec<Entry>,
+}
+
+impl Read {
+    /// The earliest expiry of the open requests other than `except`.
+    fn next_expiry(&self, except: Option<&str>) -> Option<Millis> {
+        self.entries
+            .iter()
+            .filter(|e| e.open && Some(e.request_id.as_str()) != except)
+            .map(|e| e.expires_at)
+            .min()
+    }
+}
+
+/// Adds to a META update (`update` is empty, or a `SET` clause): `qrev` + 1, conditioned on the
+/// revision read, and `next_request_expiry` set to `next` (removed when `None`).
+fn meta_request_update(
+    read_qrev: u64,
+    next: Option<Millis>,
+    update: &mut String,
+    condition: &mut String,
+    values: &mut Item,
+) {
+    update.push_str(if update.is_empty() {
+        "SET qrev = :qnext"
+    } else {
+        ", qrev = :qnext"
+    });
+    values.insert(":qnext".into(), n(read_qrev + 1));
+    if read_qrev == 0 {
+        condition.push_str(" AND attribute_not_exists(qrev)");
+    } else {
+        condition.push_str(" AND qrev = :qcur");
+        values.insert(":qcur".into(), n(read_qrev));
+    }
+    match next {
+        Some(t) => {
+            update.push_str(", next_request_expiry = :nre");
+            values.insert(":nre".into(), n(t));
+        }
+        None => update.push_str(" REMOVE next_request_expiry"),
+    }
+}
+
+/// How a closing event closes its request: the request item and its entry take `status` (and
+/// the answer), on the condition that the request is open (and, for an answer, unexpired);
+/// META's `next_request_expiry` becomes the earliest of the other open requests.
+pub(crate) struct RequestClose {
+    request_id: String,
+    answer: Option<Answer>,
+    read_qrev: u64,
+    next_expiry: Option<Millis>,
+}
+
+impl RequestClose {
+    /// The META update's part (see [`meta_request_update`]).
+    pub(crate) fn meta_update(
+        &self,
+        update: &mut String,
+        condition: &mut String,
+        values: &mut Item,
+    ) {
+        meta_request_update(self.read_qrev, self.next_expiry, update, condition, values);
+    }
+
+    /// The request item's conditional update (first: its cancellation reason is the one read)
+    /// and its entry's.
+    pub(crate) fn items(
+        &self,
+        table: &str,
+        address_id: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<TransactWriteItem>> {
+        let status = match self.answer {
+            Some(_) => RequestStatus::Answered,
+            None => RequestStatus::Expired,
+        };
+        let mut values: Item = HashMap::from([
+            (":open".into(), s(RequestStatus::Open.as_str())),
+            (":closed".into(), s(status.as_str())),
+        ]);
+        let mut update = String::from("SET #st = :closed");
+        let mut condition = String::from("#st = :open");
+        if let Some(a) = &self.answer {
+            update.push_str(", choice = :choice, answered_at = :at");
+            values.insert(":choice".into(), s(&a.choice));
+            values.insert(":at".into(), n(a.answered_at));
+            if let Some(c) = &a.comment {
+                update.push_str(", answer_comment = :comment");
+                values.insert(":comment".into(), s(c));
+            }
+            condition.push_str(" AND expires_at > :now");
+            values.insert(":now".into(), n(now));
+        }
+        let request = Update::builder()
+            .table_name(table)
+            .set_key(Some(request_key(&self.request_id)))
+            .update_expression(update)
+            .condition_expression(condition)
+            .expression_attribute_names("#st", "status")
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let entry = Update::builder()
+            .table_name(table)
+            .set_key(Some(key(pk(address_id), entry_sk(&self.request_id))))
+            .update_expression("SET #st = :closed")
+            .expression_attribute_names("#st", "status")
+            .expression_attribute_values(":closed", s(status.as_str()))
+            .build()
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        Ok(vec![
+            TransactWriteItem::builder().update(request).build(),
+            TransactWriteItem::builder().update(entry).build(),
+        ])
+    }
+}
+
+/// What one expiry attempt did.
+enum Expiry {
+    /// Appended one `request.expired`.
+    Expired,
+    /// Another caller closed the request first: look again.
+    Raced,
+    /// Nothing due, or the feed is full.
+    Done,
+}
+
+impl DynamoStore {
+    /// The request item of `request_id`, unless there is none or it is forgotten at `now`.
+    async fn request_item(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(request_key(request_id)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("GetItem request", e))?;
+        out.item
+            .as_ref()
+            .filter(|item| !forgotten(item, now))
+            .map(request_from)
+            .transpose()
+    }
+
+    /// The live address `id` with its open-request revision, then its request entries.
+    async fn read_for_requests(&self, id: &str, now: Millis) -> StoreResult<Read> {
+        let meta = self.meta(id).await?.ok_or(StoreError::AddressNotFound)?;
+        let address = record_from(&meta)?;
+        if address.is_gone(now) {
+            return Err(StoreError::AddressGone);
+        }
+        let entries = self
+            .items_with_prefix(
+                id,
+                ENTRY_PREFIX,
+                "request_id, #st, expires_at, #ttl",
+                &[("#st", "status"), ("#ttl", "ttl")],
+                "Query requests",
+            )
+            .await?
+            .iter()
+            .filter(|item| !forgotten(item, now))
+            .map(|item| Entry {
+                request_id: get_s(item, "request_id").unwrap_or_default(),
+                open: get_s(item, "status").as_deref() == Some(RequestStatus::Open.as_str()),
+                expires_at: get_i(item, "expires_at").unwrap_or(0),
+            })
+            .collect();
+        Ok(Read {
+            qrev: get_u(&meta, "qrev"),
+            address,
+            entries,
+        })
+    }
+
+    /// The earlier creation holding `key_hash` at this address: its request id and body hash.
+    async fn key_record(
+        &self,
+        id: &str,
+        key_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<(String, String)>> {
+        let item = self.get(id, key_record_sk(key_hash)).await?;
+        Ok(item.filter(|i| !forgotten(i, now)).map(|item| {
+            (
+                get_s(&item, "request_id").unwrap_or_default(),
+                get_s(&item, "body_hash").unwrap_or_default(),
+            )
+        }))
+    }
+
+    /// The answer to a creation whose Idempotency-Key an earlier request holds.
+    async fn earlier_creation(
+        &self,
+        request_id: &str,
+        body_hash: &str,
+        claimed: &str,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        if body_hash != claimed {
+            return Err(StoreError::IdempotencyKeyReused);
+        }
+        let request = self
+            .request_item(request_id, now)
+            .await?
+            .ok_or_else(|| StoreError::Internal(format!("request {request_id} vanished")))?;
+        Ok(CreatedRequest {
+            request,
+            duplicate: true,
+        })
+    }
+
+    /// `Store::create_request` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn create_request_impl(
+        &self,
+        id: &str,
+        r: NewRequest,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        if let Some(claim) = &r.claim {
+            self.live(id, now).await?;
+            if let Some((request_id, body_hash)) = self.key_record(id, &claim.key_hash, now).await?
+            {
+                return self
+                    .earlier_creation(&request_id, &body_hash, &claim.body_hash, now)
+                    .await;
+            }
+        }
+        let r = &r;
+        with_append_retries(|| async move {
+            let read = self.read_for_requests(id, now).await?;
+            let open = read
+                .entries
+                .iter()
+                .filter(|e| e.open && e.expires_at > now)
+                .count() as u64;
+            if open >= limits.max_open_requests {
+                return Err(StoreError::QuotaExceeded);
+            }
+            let next = read
+                .next_expiry(None)
+                .map_or(r.expires_at, |t| t.min(r.expires_at));
+            match self.create_tx(&read, r, next, limits, now).await? {
+                Created::Ours(request) => Ok(Some(CreatedRequest {
+                    request,
+                    duplicate: false,
+                })),
+                Created::Gone => Err(StoreError::AddressGone),
+                Created::Earlier {
+                    request_id,
+                    body_hash,
+                } => {
+                    let claimed = r.claim.as_ref().map_or("", |c| c.body_hash.as_str());
+                    self.earlier_creation(&request_id, &body_hash, claimed, now)
+                        .await
+                        .map(Some)
+                }
+                Created::Retry => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// The creation's transaction (see the module docs).
+    async fn create_tx(
+        &self,
+        read: &Read,
+        r: &NewRequest,
+        next: Millis,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Created> {
+        let id = &read.address.id;
+        let ttl = request_ttl(r.expires_at, limits);
+        let mut update = String::new();
+        let mut condition = String::from(
+            "attribute_not_exists(deleted_at) AND \
+             (attribute_not_exists(expires_at) OR expires_at > :now)",
+        );
+        let mut values: Item = HashMap::from([(":now".into(), n(now))]);
+        meta_request_update(
+            read.qrev,
+            Some(next),
+            &mut update,
+            &mut condition,
+            &mut values,
+        );
+        let meta = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(id), "META".into())))
+            .update_expression(update)
+            .condition_expression(condition)
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+
+        let mut item = key(request_pk(&r.id), REQUEST_SK.into());
+        item.insert("request_id".into(), s(&r.id));
+        item.insert("address_id".into(), s(id));
+        item.insert("title".into(), s(&r.title));
+        if let Some(body) = &r.body {
+            item.insert("body".into(), s(body));
+        }
+        item.insert(
+            "options".into(),
+            AttributeValue::L(r.options.iter().map(s).collect()),
+        );
+        item.insert("comment_mode".into(), s(r.comment.as_str()));
+        item.insert("created_at".into(), n(r.created_at));
+        item.insert("expires_at".into(), n(r.expires_at));
+        item.insert("secret_hash".into(), s(&r.secret_hash));
+        item.insert("status".into(), s(RequestStatus::Open.as_str()));
+        item.insert("ttl".into(), ttl.clone());
+
+        let mut entry = key(pk(id), entry_sk(&r.id));
+        entry.insert("request_id".into(), s(&r.id));
+        entry.insert("status".into(), s(RequestStatus::Open.as_str()));
+        entry.insert("expires_at".into(), n(r.expires_at));
+        entry.insert("ttl".into(), ttl.clone());
+
+        let mut items = vec![
+            TransactWriteItem::builder().update(meta).build(),
+            new_item(&self.table, item)?,
+            new_item(&self.table, entry)?,
+        ];
+        let (meta_index, request_index) = (0, 1);
+        let mut key_index = None;
+        if let Some(claim) = &r.claim {
+            key_index = Some(items.len());
+            let mut record = key(pk(id), key_record_sk(&claim.key_hash));
+            record.insert("request_id".into(), s(&r.id));
+            record.insert("body_hash".into(), s(&claim.body_hash));
+            record.insert("ttl".into(), ttl);
+            // A forgotten record (past its TTL, not removed yet) is replaced.
+            let put = Put::builder()
+                .table_name(&self.table)
+                .set_item(Some(record))
+                .condition_expression("attribute_not_exists(pk) OR #ttl <= :now_secs")
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":now_secs", n(now.div_euclid(1000)))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .build()
+                .map_err(|e| StoreError::Internal(e.to_string()))?;
+            items.push(TransactWriteItem::builder().put(put).build());
+        }
+
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .client_request_token(uuid_like())
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics);
+        let reasons = match result {
+            Ok(_) => {
+                return Ok(Created::Ours(RequestRecord {
+                    id: r.id.clone(),
+                    address_id: id.clone(),
+                    title: r.title.clone(),
+                    body: r.body.clone(),
+                    options: r.options.clone(),
+                    comment: r.comment,
+                    created_at: r.created_at,
+                    expires_at: r.expires_at,
+                    secret_hash: r.secret_hash.clone(),
+                    status: RequestStatus::Open,
+                    answer: None,
+                }))
+            }
+            Err(SdkError::ServiceError(ctx)) => {
+                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError as E;
+                match ctx.err() {
+                    E::TransactionCanceledException(c) => c.cancellation_reasons().to_vec(),
+                    _ => return Err(sdk_err("TransactWriteItems", SdkError::ServiceError(ctx))),
+                }
+            }
+            // Unanswered after every SDK attempt: it may have applied; never re-run.
+            Err(e) => return Err(sdk_err("TransactWriteItems", e)),
+        };
+        let failed = |i: usize| {
+            reasons
+                .get(i)
+                .filter(|r| r.code() == Some("ConditionalCheckFailed"))
+                .map(|r| r.item())
+        };
+        // Request ids are random: an existing item of ours is this transaction's own earlier
+        // attempt (a re-send the token did not settle), so the whole of it applied.
+        if let Some(Some(existing)) = failed(request_index) {
+            if get_s(existing, "address_id").as_deref() == Some(id.as_str())
+                && get_s(existing, "secret_hash").as_deref() == Some(r.secret_hash.as_str())
+            {
+                tracing::warn!(address_id = %id, request_id = %r.id,
+                    "a re-sent creation was cancelled by its own earlier attempt; answering its success");
+                return request_from(existing).map(Created::Ours);
+            }
+        }
+        if let Some(Some(meta)) = failed(meta_index) {
+            if meta.contains_key("deleted_at")
+                || get_i(meta, "expires_at").is_some_and(|e| e <= now)
+            {
+                return Ok(Created::Gone);
+            }
+        }
+        if let Some(Some(record)) = key_index.and_then(failed) {
+            let request_id = get_s(record, "request_id").unwrap_or_default();
+            if request_id == r.id {
+                tracing::warn!(address_id = %id, request_id = %r.id,
+                    "a re-sent creation was cancelled by its own earlier attempt; answering its success");
+                return self
+                    .request_item(&r.id, now)
+                    .await?
+                    .map(Created::Ours)
+                    .ok_or_else(|| StoreError::Internal(format!("request {} vanished", r.id)));
+            }
+            return Ok(Created::Earlier {
+                request_id,
+                body_hash: get_s(record, "body_hash").unwrap_or_default(),
+            });
+        }
+        Ok(Created::Retry)
+    }
+
+    /// `Store::get_request` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn get_request_impl(
+        &self,
+        id: &str,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<RequestRecord> {
+        self.live(id, now).await?;
+        match self.request_item(request_id, now).await? {
+            Some(r) if r.address_id == id => Ok(r),
+            _ => Err(StoreError::NotFound),
+        }
+    }
+
+    /// `Store::find_request` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn find_request_impl(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        let Some(r) = self.request_item(request_id, now).await? else {
+            return Ok(None);
+        };
+        match self.live(&r.address_id, now).await {
+            Ok(_) => Ok(Some(r)),
+            Err(StoreError::AddressNotFound | StoreError::AddressGone) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `Store::answer_request` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn answer_request_impl(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<AnswerOutcome> {
+        let answer = &answer;
+        with_append_retries(|| async move {
+            let r = self
+                .request_item(request_id, now)
+                .await?
+                .ok_or(StoreError::NotFound)?;
+            let read = match self.read_for_requests(&r.address_id, now).await {
+                Ok(read) => read,
+                Err(StoreError::AddressGone | StoreError::AddressNotFound) => {
+                    return Err(StoreError::NotFound)
+                }
+                Err(e) => return Err(e),
+            };
+            if r.status_at(now) != RequestStatus::Open {
+                return Ok(Some(AnswerOutcome::Closed(r)));
+            }
+            if !self
+                .quota_allows(&r.address_id, read.address.last_sequence + 1, limits, now)
+                .await?
+            {
+                return Err(StoreError::QuotaExceeded);
+            }
+            let event = NewEvent {
+                event_type: "request.answered".into(),
+                source: Some(r.id.clone()),
+                ingress: Ingress::Request,
+                data: request::answered_data(
+                    &r.id,
+                    &answer.choice,
+                    answer.comment.as_deref(),
+                    answer.answered_at,
+                ),
+                http: None,
+            };
+            let close = RequestClose {
+                request_id: r.id.clone(),
+                answer: Some(answer.clone()),
+                read_qrev: read.qrev,
+                next_expiry: read.next_expiry(Some(&r.id)),
+            };
+            match self
+                .append_closing_tx(&read.address, &event, None, None, Some(&close), limits, now)
+                .await?
+            {
+                Ok(event) => Ok(Some(AnswerOutcome::Answered {
+                    request: RequestRecord {
+                        status: RequestStatus::Answered,
+                        answer: Some(answer.clone()),
+                        ..r
+                    },
+                    event,
+                })),
+                Err(Cancelled::RequestClosed(current)) => Ok(Some(AnswerOutcome::Closed(current))),
+                Err(Cancelled::Gone) => Err(StoreError::NotFound),
+                Err(_) => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// `Store::expire_requests` (the trait impl in lib.rs delegates here): one transaction per
+    /// due request, earliest first, each re-reading the address.
+    pub(crate) async fn expire_requests_impl(
+        &self,
+        id: &str,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<u64> {
+        let mut expired = 0;
+        loop {
+            let step = with_append_retries(|| async move {
+                let read = self.read_for_requests(id, now).await?;
+                let Some(due) = read
+                    .entries
+                    .iter()
+                    .filter(|e| e.open && e.expires_at <= now)
+                    .min_by(|a, b| {
+                        (a.expires_at, &a.request_id).cmp(&(b.expires_at, &b.request_id))
+                    })
+                else {
+                    return Ok(Some(Expiry::Done));
+                };
+                if !self
+                    .quota_allows(id, read.address.last_sequence + 1, limits, now)
+                    .await?
+                {
+                    return Ok(Some(Expiry::Done));
+                }
+                let event = NewEvent {
+                    event_type: "request.expired".into(),
+                    source: Some(due.request_id.clone()),
+                    ingress: Ingress::Request,
+                    data: request::expired_data(&due.request_id),
+                    http: None,
+                };
+                let close = RequestClose {
+                    request_id: due.request_id.clone(),
+                    answer: None,
+                    read_qrev: read.qrev,
+                    next_expiry: read.next_expiry(Some(&due.request_id)),
+                };
+                match self
+                    .append_closing_tx(&read.address, &event, None, None, Some(&close), limits, now)
+                    .await?
+                {
+                    Ok(_) => Ok(Some(Expiry::Expired)),
+                    Err(Cancelled::RequestClosed(_)) => Ok(Some(Expiry::Raced)),
+                    Err(Cancelled::Gone) => Err(StoreError::AddressGone),
+                    Err(_) => Ok(None),
+                }
+            })
+            .await?;
+            match step {
+                Expiry::Expired => expired += 1,
+                Expiry::Raced => {}
+                Expiry::Done => return Ok(expired),
+            }
+        }
+    }
+}
+
+/// How a creation's transaction ended.
+enum Created {
+    Ours(RequestRecord),
+    Gone,
+    /// The key record exists: the earlier creation's request id and body hash.
+    Earlier {
+        request_id: String,
+        body_hash: String,
+    },
+    Retry,
+}
+
+/// A `Put` of a new item, cancelled (with the item as it is) when one exists.
+fn new_item(table: &str, item: Item) -> StoreResult<TransactWriteItem> {
+    Ok(TransactWriteItem::builder()
+        .put(
+            Put::builder()
+                .table_name(table)
+                .set_item(Some(item))
+                .condition_expression("attribute_not_exists(pk)")
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .build()
+                .map_err(|e| StoreError::Internal(e.to_string()))?,
+        )
+        .build())
+}
