@@ -393,15 +393,15 @@ fn request_title<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     bounded_text(d, TITLE_MAX_CHARS)
 }
 
-/// Markdown of up to [`BODY_MAX_CHARS`] characters; line breaks and tabs are allowed, other
-/// control characters are not.
-fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+/// Free text of up to `max` characters (a request's Markdown body, a person's comment): line
+/// breaks and tabs are allowed, other control characters are not; `null` is absent.
+fn multiline_text<'de, D: Deserializer<'de>>(d: D, max: usize) -> Result<Option<String>, D::Error> {
     match Value::deserialize(d)? {
         Value::Null => Ok(None),
         Value::String(s) => {
-            if s.chars().count() > BODY_MAX_CHARS {
+            if s.chars().count() > max {
                 return Err(invalid(format!(
-                    "`{FIELD}` must be at most {BODY_MAX_CHARS} characters long."
+                    "`{FIELD}` must be at most {max} characters long."
                 )));
             }
             if s.chars()
@@ -415,6 +415,11 @@ fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Er
         }
         _ => Err(invalid(format!("`{FIELD}` must be a string."))),
     }
+}
+
+/// Markdown of up to [`BODY_MAX_CHARS`] characters.
+fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    multiline_text(d, BODY_MAX_CHARS)
 }
 
 fn request_options<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
@@ -472,27 +477,9 @@ fn choice<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     bounded_text(d, OPTION_MAX_CHARS)
 }
 
+/// A comment of up to [`COMMENT_MAX_CHARS`] characters; only blanks is none.
 fn answer_comment<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(None),
-        Value::String(s) if s.trim().is_empty() => Ok(None),
-        Value::String(s) => {
-            if s.chars().count() > COMMENT_MAX_CHARS {
-                return Err(invalid(format!(
-                    "`{FIELD}` must be at most {COMMENT_MAX_CHARS} characters long."
-                )));
-            }
-            if s.chars()
-                .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
-            {
-                return Err(invalid(
-                    "`{field}` must not contain control characters other than line breaks and tabs.",
-                ));
-            }
-            Ok(Some(s))
-        }
-        _ => Err(invalid(format!("`{FIELD}` must be a string."))),
-    }
+    Ok(multiline_text(d, COMMENT_MAX_CHARS)?.filter(|s| !s.trim().is_empty()))
 }
 
 fn text_schema(nullable: bool, min: usize, max: usize, description: &str) -> Object {

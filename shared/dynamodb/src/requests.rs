@@ -32,13 +32,14 @@ use aws_sdk_dynamodb::types::{
 
 use crate::append::Cancelled;
 use crate::capacity::Tally;
-use crate::domain::request::{self, CommentMode, RequestStatus};
-use crate::domain::{Ingress, Limits, Millis};
+use crate::domain::request::{CommentMode, RequestStatus};
+use crate::domain::{Limits, Millis};
 use crate::item::*;
 use crate::retry::{uuid_like, with_append_retries};
+use crate::store::rules;
 use crate::store::{
-    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewEvent, NewRequest, RequestRecord,
-    StoreError, StoreResult,
+    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewRequest, RequestRecord, StoreError,
+    StoreResult,
 };
 use crate::{DynamoStore, Item};
 
@@ -628,18 +629,7 @@ impl DynamoStore {
             {
                 return Err(StoreError::QuotaExceeded);
             }
-            let event = NewEvent {
-                event_type: "request.answered".into(),
-                source: Some(r.id.clone()),
-                ingress: Ingress::Request,
-                data: request::answered_data(
-                    &r.id,
-                    &answer.choice,
-                    answer.comment.as_deref(),
-                    answer.answered_at,
-                ),
-                http: None,
-            };
+            let event = rules::request_answered_event(&r.id, answer);
             let close = RequestClose {
                 request_id: r.id.clone(),
                 answer: Some(answer.clone()),
@@ -694,13 +684,7 @@ impl DynamoStore {
                 {
                     return Ok(Some(Expiry::Done));
                 }
-                let event = NewEvent {
-                    event_type: "request.expired".into(),
-                    source: Some(due.request_id.clone()),
-                    ingress: Ingress::Request,
-                    data: request::expired_data(&due.request_id),
-                    http: None,
-                };
+                let event = rules::request_expired_event(&due.request_id);
                 let close = RequestClose {
                     request_id: due.request_id.clone(),
                     answer: None,

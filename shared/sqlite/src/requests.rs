@@ -5,12 +5,13 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::append_in_tx;
-use crate::domain::request::{self, CommentMode, RequestStatus};
-use crate::domain::{Ingress, Limits, Millis};
+use crate::domain::request::{CommentMode, RequestStatus};
+use crate::domain::{Limits, Millis};
 use crate::rows::*;
+use crate::store::rules;
 use crate::store::{
-    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewEvent, NewRequest, RequestRecord,
-    StoreError, StoreResult,
+    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewRequest, RequestRecord, StoreError,
+    StoreResult,
 };
 use crate::SqliteStore;
 
@@ -88,13 +89,7 @@ pub(crate) fn expire_in_tx(
     let mut address = address.clone();
     let mut appended = Vec::new();
     for id in due {
-        let event = NewEvent {
-            event_type: "request.expired".into(),
-            source: Some(id.clone()),
-            ingress: Ingress::Request,
-            data: request::expired_data(&id),
-            http: None,
-        };
+        let event = rules::request_expired_event(&id);
         let e = match append_in_tx(conn, &address, &event, limits, now) {
             Ok(e) => e,
             Err(StoreError::QuotaExceeded) => break,
@@ -257,18 +252,7 @@ impl SqliteStore {
                 if r.status_at(now) != RequestStatus::Open {
                     return Ok(AnswerOutcome::Closed(r));
                 }
-                let event = NewEvent {
-                    event_type: "request.answered".into(),
-                    source: Some(r.id.clone()),
-                    ingress: Ingress::Request,
-                    data: request::answered_data(
-                        &r.id,
-                        &answer.choice,
-                        answer.comment.as_deref(),
-                        answer.answered_at,
-                    ),
-                    http: None,
-                };
+                let event = rules::request_answered_event(&r.id, &answer);
                 let event = append_in_tx(conn, &address, &event, &limits, now)?;
                 conn.prepare_cached(
                     "UPDATE requests SET status = 'answered', choice = ?2, answer_comment = ?3, \

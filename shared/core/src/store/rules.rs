@@ -25,6 +25,34 @@ pub fn rate_window(now: Millis) -> (i64, u64) {
     (window, ((left_ms + 999) / 1000).max(1) as u64)
 }
 
+/// The `request.answered` event of request `request_id` answered with `answer` (docs/API.md
+/// §12).
+pub fn request_answered_event(request_id: &str, answer: &super::Answer) -> NewEvent {
+    NewEvent {
+        event_type: "request.answered".into(),
+        source: Some(request_id.to_owned()),
+        ingress: Ingress::Request,
+        data: crate::domain::request::answered_data(
+            request_id,
+            &answer.choice,
+            answer.comment.as_deref(),
+            answer.answered_at,
+        ),
+        http: None,
+    }
+}
+
+/// The `request.expired` event of request `request_id` (docs/API.md §12).
+pub fn request_expired_event(request_id: &str) -> NewEvent {
+    NewEvent {
+        event_type: "request.expired".into(),
+        source: Some(request_id.to_owned()),
+        ingress: Ingress::Request,
+        data: crate::domain::request::expired_data(request_id),
+        http: None,
+    }
+}
+
 /// The `data` of a `state.updated` event.
 pub fn state_updated_data(key: &str, revision: u64, compact_value: &str) -> String {
     format!(
