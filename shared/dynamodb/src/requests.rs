@@ -340,9 +340,7 @@ impl DynamoStore {
         claimed: &str,
         now: Millis,
     ) -> StoreResult<CreatedRequest> {
-        if body_hash != claimed {
-            return Err(StoreError::IdempotencyKeyReused);
-        }
+        rules::repeated_request_claim(body_hash, claimed)?;
         let request = self
             .request_item(request_id, now)
             .await?
@@ -378,9 +376,7 @@ impl DynamoStore {
                 .iter()
                 .filter(|e| e.open && e.expires_at > now)
                 .count() as u64;
-            if open >= limits.max_open_requests {
-                return Err(StoreError::QuotaExceeded);
-            }
+            rules::open_request_quota(open, limits)?;
             let next = read
                 .next_expiry(None)
                 .map_or(r.expires_at, |t| t.min(r.expires_at));

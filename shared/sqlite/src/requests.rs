@@ -118,7 +118,7 @@ impl SqliteStore {
         now: Millis,
     ) -> StoreResult<CreatedRequest> {
         let id = id.to_owned();
-        let max_open = limits.max_open_requests;
+        let limits = limits.clone();
         self.write(move |conn| {
             live_address(conn, &id, now)?;
             if let Some(claim) = &r.claim {
@@ -133,9 +133,7 @@ impl SqliteStore {
                     .optional()
                     .map_err(sql_err)?;
                 if let Some((request_id, body_hash)) = earlier {
-                    if body_hash != claim.body_hash {
-                        return Err(StoreError::IdempotencyKeyReused);
-                    }
+                    rules::repeated_request_claim(&body_hash, &claim.body_hash)?;
                     let request = load_request(conn, &request_id)?.ok_or_else(|| {
                         StoreError::Internal(format!("request {request_id} vanished"))
                     })?;
@@ -153,9 +151,7 @@ impl SqliteStore {
                 .map_err(sql_err)?
                 .query_row(params![id, now], |row| row.get(0))
                 .map_err(sql_err)?;
-            if u(open) >= max_open {
-                return Err(StoreError::QuotaExceeded);
-            }
+            rules::open_request_quota(u(open), &limits)?;
             let options = serde_json::to_string(&r.options)
                 .map_err(|e| StoreError::Internal(e.to_string()))?;
             conn.prepare_cached(

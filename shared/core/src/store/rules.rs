@@ -160,6 +160,26 @@ pub fn repeated_delivery(
     }
 }
 
+/// A creation retried with the Idempotency-Key of an earlier request: the same body is that
+/// request again, another body [`StoreError::IdempotencyKeyReused`] (docs/API.md §12).
+pub fn repeated_request_claim(original_body_hash: &str, claim_body_hash: &str) -> StoreResult<()> {
+    if original_body_hash == claim_body_hash {
+        Ok(())
+    } else {
+        Err(StoreError::IdempotencyKeyReused)
+    }
+}
+
+/// The open-request limit (docs/API.md §12): a new request when `open` requests are open (and
+/// unexpired) is [`StoreError::QuotaExceeded`] at `limits.max_open_requests`.
+pub fn open_request_quota(open: u64, limits: &Limits) -> StoreResult<()> {
+    if open >= limits.max_open_requests {
+        Err(StoreError::QuotaExceeded)
+    } else {
+        Ok(())
+    }
+}
+
 /// What the feed quota says of appending sequence `next` (docs/API.md §6). Events expire in
 /// sequence order, so the feed keeps at most `max_retained_events` exactly when event
 /// `next - max` is past retention (or gone).
