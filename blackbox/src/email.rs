@@ -308,6 +308,23 @@ pub async fn mail_reaches_a_waiting_poll_and_reads_back(
         "the raw message differs from what was kept"
     );
 
+    // A small download is bytes with `redirect=false` too: only a link answer is marked.
+    let r = download(format!("{event_id}/attachments/{att_id}?redirect=false")).await;
+    r.expect_status(200, "the attachment with redirect=false");
+    assert!(r.bytes == attachment, "redirect=false changes no bytes");
+    assert!(
+        !r.headers.contains_key("agentaddress-download"),
+        "bytes are not a link: {:?}",
+        r.headers
+    );
+    download(format!("{event_id}/raw?redirect=no"))
+        .await
+        .expect_error(
+            400,
+            "invalid_request",
+            "a redirect that is not true or false",
+        );
+
     // Unknown attachment and event ids.
     download(format!("{event_id}/attachments/att_99"))
         .await

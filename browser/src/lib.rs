@@ -53,6 +53,8 @@ pub const PHONE: Viewport = Viewport {
 pub struct Browser {
     pub wd: WebDriver,
     driver: Child,
+    /// Where Chromium saves downloads (`target/browser-downloads/{port}`), removed on drop.
+    pub downloads: PathBuf,
 }
 
 impl Browser {
@@ -84,8 +86,18 @@ impl Browser {
                 let _ = driver.kill().await;
                 continue;
             }
+            let downloads = screenshot_dir()
+                .with_file_name("browser-downloads")
+                .join(port.to_string());
+            let _ = std::fs::remove_dir_all(&downloads);
+            std::fs::create_dir_all(&downloads)
+                .unwrap_or_else(|e| panic!("create {}: {e}", downloads.display()));
             let mut options = json!({
                 "binary": CHROMIUM,
+                "prefs": {
+                    "download.default_directory": downloads.to_string_lossy(),
+                    "download.prompt_for_download": false,
+                },
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu",
                     "--disable-dev-shm-usage", "--no-first-run", "--disable-extensions",
@@ -108,7 +120,13 @@ impl Browser {
             let mut builder = ClientBuilder::new(HttpConnector::new());
             builder.capabilities(caps);
             match builder.connect(&url).await {
-                Ok(wd) => return Browser { wd, driver },
+                Ok(wd) => {
+                    return Browser {
+                        wd,
+                        driver,
+                        downloads,
+                    }
+                }
                 Err(e) => {
                     last = format!("cannot start a Chromium session: {e}; {}", install_hint());
                     let _ = driver.kill().await;
@@ -241,6 +259,34 @@ impl Browser {
         );
     }
 
+    /// Waits up to `within` for Chromium to have saved `name` whole (`len` bytes; a download in
+    /// progress is a `.crdownload` file beside it) in [`Browser::downloads`]; returns its bytes.
+    pub async fn downloaded(&self, within: Duration, name: &str, len: usize) -> Vec<u8> {
+        let path = self.downloads.join(name);
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(bytes) = std::fs::read(&path) {
+                if bytes.len() == len {
+                    return bytes;
+                }
+            }
+            if Instant::now() >= deadline {
+                let listing: Vec<String> = std::fs::read_dir(&self.downloads)
+                    .map(|d| {
+                        d.filter_map(|e| e.ok())
+                            .map(|e| e.file_name().to_string_lossy().into_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                panic!(
+                    "{name} ({len} bytes) was not saved within {within:?}; the download folder \
+                     holds {listing:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Ends the session (Chromium quits); dropping the browser then ends chromedriver.
     pub async fn close(self) {
         let _ = self.wd.clone().close().await;
@@ -257,6 +303,7 @@ impl Drop for Browser {
                 .stderr(Stdio::null())
                 .status();
         }
+        let _ = std::fs::remove_dir_all(&self.downloads);
     }
 }
 

@@ -408,6 +408,52 @@ pub async fn hostile_content_is_text(d: &Deployment<'_>) {
     b.close().await;
 }
 
+/// The page saves an email's attachment as a file of exactly its bytes, under the name the
+/// event gives: through a Blob URL where the deployment answers the bytes itself, and through
+/// the short-lived link it names (`redirect=false`, docs/API.md §11) where it does not (on AWS,
+/// over 4 MiB) — `through_link` says which the deployment must take. `a`'s feed must hold one
+/// `email.received` event whose one attachment is `expected`.
+pub async fn attachment_is_saved(
+    c: &Client,
+    a: &Address,
+    label: &str,
+    expected: &[u8],
+    through_link: bool,
+) {
+    let events = c.read_all(a).await;
+    let mail = events
+        .iter()
+        .find(|e| e["type"] == "email.received")
+        .unwrap_or_else(|| panic!("no email.received event: {events:?}"));
+    let name = mail["data"]["attachments"][0]["filename"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the mail has no attachment: {mail}"))
+        .to_owned();
+    let b = Browser::start(DESKTOP).await;
+    log_in(&b, c, a).await;
+    b.until(SOON, "the mail's row", ROW, &[mail["id"].clone()])
+        .await;
+    b.click("li[data-type=\"email.received\"] button.attachment")
+        .await;
+    let saved = b
+        .downloaded(Duration::from_secs(60), &name, expected.len())
+        .await;
+    assert!(saved == expected, "{name}: the saved bytes differ");
+    let said = text_of(&b, "#message").await;
+    let prefix = if through_link {
+        format!("Downloading {name} from a link valid until ")
+    } else {
+        format!("Saved {name} (")
+    };
+    assert!(
+        said.starts_with(&prefix),
+        "the page says what it did ({prefix:?}): {said:?}"
+    );
+    b.screenshot(&format!("{label}-inbox-download")).await;
+    b.assert_no_csp_violation("the download").await;
+    b.close().await;
+}
+
 /// On a phone-sized screen, with the keyboard only: the id field has the focus, Tab reaches the
 /// token, Enter opens the feed, Tab reaches an ack button with a visible focus ring, Enter
 /// acknowledges; nothing is wider than the screen.

@@ -74,6 +74,21 @@ async fn pages_carry_security_headers_and_discovery_names_everything() {
     assert!(weight > 1000, "the page has content: {weight} bytes");
 }
 
+/// A 5 MB attachment (the size that on AWS comes from a link: functions/tests/email_lambda.rs)
+/// is saved from the page with its bytes; serve answers them itself, so through a Blob URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attachment_is_saved_from_the_page() {
+    use agentaddress_blackbox::email;
+    let s = serve(&[]).await;
+    let a = s.client.new_address().await;
+    let to = email::email_of(&a);
+    let pdf: Vec<u8> = (0..5_000_000u32).map(|n| (n % 251) as u8).collect();
+    let raw = email::message(&format!("{}@example.com", email::unique("page")), &to, &pdf);
+    let r = email::ingest(&s.client, SECRET, &[to.as_str()], &raw).await;
+    r.expect_status(200, "ingest the mail");
+    scenarios::attachment_is_saved(&s.client, &a, "serve", &pdf, false).await;
+}
+
 /// Prints the figures of docs/PERFORMANCE.md ("Pages"); asserts only that they were measured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measure_page_weight_first_render_and_delivery_delay() {

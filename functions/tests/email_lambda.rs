@@ -435,4 +435,48 @@ async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
     let r = download(&c, &a, event_id, "raw", &a.token).await;
     r.expect_status(200, "the raw message, following the redirect");
     assert!(r.bytes == raw, "the followed download differs");
+
+    // redirect=false: the link as JSON, marked by a header a stored file cannot set.
+    let r = no_redirects
+        .get(format!("{}/events/{event_id}/raw?redirect=false", a.root))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET raw?redirect=false: {e}"));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["agentaddress-download"], "link");
+    assert_eq!(r.headers()["cache-control"], "private, no-store");
+    assert_eq!(r.headers()["referrer-policy"], "no-referrer");
+    let view: serde_json::Value = r
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("the link's JSON: {e}"));
+    let expires = view["expires_at"].as_str().unwrap_or_default();
+    assert!(expires.ends_with('Z') && expires.len() == 24, "{view}");
+    let link = view["url"].as_str().unwrap_or_default();
+    let r = reqwest::get(link)
+        .await
+        .unwrap_or_else(|e| panic!("GET the JSON's link: {e}"));
+    assert_eq!(r.status(), 200, "{view}");
+    let bytes = r.bytes().await.unwrap_or_else(|e| panic!("read: {e}"));
+    assert!(
+        bytes.as_ref() == raw.as_slice(),
+        "the JSON's link serves the message"
+    );
+    for bad in ["maybe", "", "FALSE"] {
+        let r = c
+            .get(
+                &format!("{}/events/{event_id}/raw?redirect={bad}", a.root),
+                Some(&a.token),
+            )
+            .await;
+        r.expect_error(
+            400,
+            "invalid_request",
+            "a redirect that is not true or false",
+        );
+    }
+
+    // The inbox page saves it through that link, in a real browser.
+    agentaddress_browser::scenarios::attachment_is_saved(&c, &a, "lambda", &pdf, true).await;
 }

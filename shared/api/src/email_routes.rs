@@ -15,6 +15,7 @@ use super::handlers::event_id_param;
 use super::request::ReplayEmailRequest;
 use super::{json_response, ApiError, AppState};
 use crate::domain::ids;
+use crate::domain::time::format_rfc3339;
 use crate::store::Download;
 
 type ApiResult = Result<Response, ApiError>;
@@ -41,6 +42,37 @@ pub struct RejectedRecipient {
     pub smtp: String,
     /// Whether sending the same message again later may succeed (a 4xx SMTP reply).
     pub temporary: bool,
+}
+
+/// A download's answer with `?redirect=false` when the deployment does not answer the bytes
+/// itself (docs/API.md §11): where to fetch them without a token, and until when.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DownloadLinkView {
+    /// Serves the bytes with the same `Content-Type` and `Content-Disposition`; no token.
+    pub url: String,
+    /// RFC 3339; the link answers 403 after it.
+    pub expires_at: String,
+}
+
+/// The response header that marks a [`DownloadLinkView`] answer, so a client never takes a
+/// downloaded file's own bytes (which may well be JSON) for a link.
+pub const DOWNLOAD_HEADER: &str = "agentaddress-download";
+
+/// The downloads' `redirect` query parameter: `true` (the default) answers a link as a `303`,
+/// `false` as a [`DownloadLinkView`] — for a script that must not follow a redirect to another
+/// origin (the inbox page). Other parameters are ignored, as on every route.
+fn redirect_param(uri: &Uri) -> Result<bool, ApiError> {
+    let mut redirect = true;
+    for (name, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        if name == "redirect" {
+            redirect = match value.as_ref() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(ApiError::invalid("redirect must be true or false.")),
+            };
+        }
+    }
+    Ok(redirect)
 }
 
 /// `POST {root}/email/replay`.
@@ -158,9 +190,11 @@ pub async fn inbound_email(
 
 /// A download of untrusted bytes: never rendered, never sniffed, never cached. When the store
 /// says the deployment cannot answer that many bytes itself (on AWS: over 4 MiB), a `303 See
-/// Other` to the short-lived link it gives, which answers the same content type and disposition.
+/// Other` to the short-lived link it gives, which answers the same content type and disposition
+/// (or, without `redirect`, a [`DownloadLinkView`] naming it).
 async fn download(
     state: &AppState,
+    redirect: bool,
     address_id: &str,
     email_id: &str,
     content_type: &str,
@@ -190,22 +224,40 @@ async fn download(
         header::CACHE_CONTROL,
         HeaderValue::from_static("private, no-store"),
     );
-    if let Some(link) = link {
-        let location = HeaderValue::from_str(&link)
-            .map_err(|e| ApiError::Internal(format!("download link is no header value: {e}")))?;
-        return Ok((
-            StatusCode::SEE_OTHER,
-            [
-                (header::LOCATION, location),
-                no_store,
-                // The link is a bearer of the bytes: never sent on as a referrer.
-                (
-                    header::REFERRER_POLICY,
-                    HeaderValue::from_static("no-referrer"),
-                ),
-            ],
-        )
-            .into_response());
+    let referrer = (
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    match link {
+        Some(link) if !redirect => {
+            let valid_ms = i64::try_from(link.valid_for.as_millis()).unwrap_or(i64::MAX);
+            let view = DownloadLinkView {
+                url: link.url,
+                expires_at: format_rfc3339(state.clock.now().saturating_add(valid_ms)),
+            };
+            let mut response = json_response(StatusCode::OK, &view);
+            let headers = response.headers_mut();
+            headers.insert(DOWNLOAD_HEADER, HeaderValue::from_static("link"));
+            headers.insert(no_store.0, no_store.1);
+            headers.insert(referrer.0, referrer.1);
+            return Ok(response);
+        }
+        Some(link) => {
+            let location = HeaderValue::from_str(&link.url).map_err(|e| {
+                ApiError::Internal(format!("download link is no header value: {e}"))
+            })?;
+            return Ok((
+                StatusCode::SEE_OTHER,
+                [
+                    (header::LOCATION, location),
+                    no_store,
+                    // The link is a bearer of the bytes: never sent on as a referrer.
+                    referrer,
+                ],
+            )
+                .into_response());
+        }
+        None => {}
     }
     Ok((
         StatusCode::OK,
@@ -271,7 +323,8 @@ fn attachment_id_param(attachment_id: &str) -> Result<(), ApiError> {
     get, path = "/api/v1/addresses/{address_id}/events/{event_id}/attachments/{attachment_id}",
     tag = "email",
     params(("address_id" = String, Path), ("event_id" = String, Path),
-           ("attachment_id" = String, Path)),
+           ("attachment_id" = String, Path),
+           ("redirect" = Option<bool>, Query, description = "`false`: where the answer would be a `303`, answer 200 `{url, expires_at}` (with the header `AgentAddress-Download: link`) instead")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The attachment's decoded bytes, with its declared content type", content_type = "application/octet-stream"),
@@ -284,11 +337,13 @@ pub async fn get_attachment(
     State(state): State<AppState>,
     PathParams((address_id, event_id, attachment_id)): PathParams<(String, String, String)>,
     headers: HeaderMap,
+    uri: Uri,
 ) -> ApiResult {
     let now = state.clock.now();
     authenticate(&state, &headers, &address_id, now).await?;
     event_id_param(&event_id)?;
     attachment_id_param(&attachment_id)?;
+    let redirect = redirect_param(&uri)?;
     let stored = state
         .store
         .email_of_event(&address_id, &event_id, now)
@@ -304,6 +359,7 @@ pub async fn get_attachment(
     let attachment = found.ok_or_else(|| ApiError::not_found("No such attachment."))?;
     download(
         &state,
+        redirect,
         &address_id,
         &email_id,
         &safe_content_type(&attachment.content_type),
@@ -315,7 +371,8 @@ pub async fn get_attachment(
 
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/events/{event_id}/raw", tag = "email",
-    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    params(("address_id" = String, Path), ("event_id" = String, Path),
+           ("redirect" = Option<bool>, Query, description = "`false`: where the answer would be a `303`, answer 200 `{url, expires_at}` (with the header `AgentAddress-Download: link`) instead")),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The message as received", content_type = "message/rfc822"),
@@ -328,16 +385,19 @@ pub async fn get_raw_email(
     State(state): State<AppState>,
     PathParams((address_id, event_id)): PathParams<(String, String)>,
     headers: HeaderMap,
+    uri: Uri,
 ) -> ApiResult {
     let now = state.clock.now();
     authenticate(&state, &headers, &address_id, now).await?;
     event_id_param(&event_id)?;
+    let redirect = redirect_param(&uri)?;
     let stored = state
         .store
         .email_of_event(&address_id, &event_id, now)
         .await?;
     download(
         &state,
+        redirect,
         &address_id,
         &stored.email_id,
         "message/rfc822",

@@ -258,6 +258,8 @@ pub async fn deliver(
         data: env.data,
         http: Some(env.http),
     };
+    // A request for a person that expired before this delivery gets its event first.
+    expire_due(&state, &record, now).await?;
     let appended = state
         .store
         .append_event(&address_id, event, claim, &state.config.limits, now)
@@ -596,7 +598,7 @@ pub async fn put_state(
     body: Body,
 ) -> ApiResult {
     let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
+    let record = authenticate(&state, &headers, &address_id, now).await?;
     key_param(&key)?;
     require_json_content_type(&headers)?;
     let limits = &state.config.limits;
@@ -615,6 +617,7 @@ pub async fn put_state(
             limits.max_state_bytes
         )));
     }
+    expire_due(&state, &record, now).await?;
     let written = state
         .store
         .put_state(&address_id, &key, compact, expected, limits, now)
@@ -652,10 +655,11 @@ pub async fn delete_state(
     uri: Uri,
 ) -> ApiResult {
     let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
+    let record = authenticate(&state, &headers, &address_id, now).await?;
     key_param(&key)?;
     let params = parse_fields::<DeleteStateParams>(query_fields(uri.query())?)?;
     let expected = expected_revision(&headers, params.if_revision)?;
+    expire_due(&state, &record, now).await?;
     let deleted = state
         .store
         .delete_state(&address_id, &key, expected, &state.config.limits, now)

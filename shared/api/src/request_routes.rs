@@ -218,19 +218,16 @@ pub async fn get_request(
 }
 
 /// Appends the `request.expired` events that are due (docs/API.md §12) before a read shows the
-/// feed or a request: `address` is the record authentication loaded.
+/// feed or a request, or anything is appended: `address` is the record authentication loaded.
 pub async fn expire_due(
     state: &AppState,
     address: &crate::store::AddressRecord,
     now: Millis,
 ) -> Result<(), ApiError> {
-    if address.next_request_expiry.is_some_and(|t| t <= now) {
-        state
-            .store
-            .expire_requests(&address.id, &state.config.limits, now)
-            .await?;
-    }
-    Ok(())
+    Ok(state
+        .store
+        .expire_due(address, &state.config.limits, now)
+        .await?)
 }
 
 /// A client that names JSON and not HTML in `Accept` (an API client, not a browser).

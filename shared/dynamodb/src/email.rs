@@ -21,7 +21,9 @@ use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
 use crate::retry::with_append_retries;
-use crate::store::{Appended, Download, EventRef, NewEmail, StoreError, StoreResult, StoredEmail};
+use crate::store::{
+    Appended, Download, DownloadLink, EventRef, NewEmail, StoreError, StoreResult, StoredEmail,
+};
 use crate::DynamoStore;
 
 /// The largest object the store reads back: above any `max_email_bytes` it accepts.
@@ -234,7 +236,7 @@ impl DynamoStore {
         id: &str,
         email_id: &str,
         download: &Download<'_>,
-    ) -> StoreResult<Option<String>> {
+    ) -> StoreResult<Option<DownloadLink>> {
         if download.bytes.len() <= INLINE_DOWNLOAD_MAX {
             return Ok(None);
         }
@@ -249,7 +251,12 @@ impl DynamoStore {
                 DOWNLOAD_LINK_TTL,
             )
             .await
-            .map(Some)
+            .map(|url| {
+                Some(DownloadLink {
+                    url,
+                    valid_for: DOWNLOAD_LINK_TTL,
+                })
+            })
     }
 
     pub(crate) async fn pending_email_impl(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {

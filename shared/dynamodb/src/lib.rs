@@ -110,8 +110,8 @@ use aws_sdk_dynamodb::Client;
 
 use crate::domain::{Limits, Millis};
 use crate::store::{
-    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Download, Event,
-    EventPage, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Download, DownloadLink,
+    Event, EventPage, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
     StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
     StoredEmail, SweepReport, Usage,
 };
@@ -336,7 +336,7 @@ impl Store for DynamoStore {
         id: &str,
         email_id: &str,
         download: &Download<'_>,
-    ) -> StoreResult<Option<String>> {
+    ) -> StoreResult<Option<DownloadLink>> {
         self.download_link_impl(id, email_id, download).await
     }
 

@@ -252,7 +252,12 @@ pub async fn deliver(
                 http: None,
             },
         };
-        match store.append_email(&address.id, email, limits, now).await {
+        // A request for a person that expired before this message gets its event first.
+        let appended = match store.expire_due(&address, limits, now).await {
+            Ok(()) => store.append_email(&address.id, email, limits, now).await,
+            Err(e) => Err(e),
+        };
+        match appended {
             Ok(appended) => {
                 for rcpt in rcpts {
                     delivery.accepted.push(Accepted {

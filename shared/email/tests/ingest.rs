@@ -273,3 +273,41 @@ impl ReplaceFirst for [u8] {
         [&self[..at], to, &self[at + from.len()..]].concat()
     }
 }
+
+/// A request for a person that expired before a message arrived gets its `request.expired`
+/// event first: the feed is in the order things happened (docs/API.md §12).
+#[tokio::test]
+async fn an_expired_request_comes_before_the_message_that_follows_it() {
+    use agentaddress_core::domain::request::CommentMode;
+    use agentaddress_core::store::NewRequest;
+    let store = store();
+    let a = address(store.as_ref(), None).await;
+    store
+        .create_request(
+            &a,
+            NewRequest {
+                id: "req_expired_before_mail".into(),
+                title: "Ship it?".into(),
+                body: None,
+                options: vec!["Yes".into(), "No".into()],
+                comment: CommentMode::Optional,
+                created_at: T0 - 120_000,
+                expires_at: T0 - 60_000,
+                secret_hash: ids::sha256_hex(b"secret"),
+                claim: None,
+            },
+            &Limits::default(),
+            T0 - 120_000,
+        )
+        .await
+        .expect("create the request");
+    let rcpts = vec![format!("{a}@{DOMAIN}")];
+    let d = send(store.as_ref(), RAW, &rcpts, &Limits::default()).await;
+    assert!(d.rejected.is_empty(), "{:?}", d.rejected);
+    let page = store
+        .read_events(&a, 0, 10, u64::MAX, T0)
+        .await
+        .expect("read");
+    let types: Vec<&str> = page.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["request.expired", "email.received"]);
+}

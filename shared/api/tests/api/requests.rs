@@ -411,6 +411,60 @@ async fn reading_a_request_appends_its_due_expiry_too() {
     assert_eq!(page.events[0].event_type, "request.expired");
 }
 
+/// Appends after an expiry come after its `request.expired`, whoever touches the address first
+/// (a sender, a state write or delete): the feed is in the order things happened.
+#[tokio::test]
+async fn an_expiry_comes_before_what_is_appended_after_it() {
+    let app = TestApp::new();
+    let a = app.create().await;
+    let touch: [&str; 3] = ["deliver", "put", "delete"];
+    let mut expected = Vec::new();
+    app.put_state(&a, "k", &json!({"value": 1}))
+        .await
+        .ok(StatusCode::OK);
+    expected.push("state.updated".to_owned());
+    for how in touch {
+        let r = ask(&app, &a, &json!({"title": how, "expires_in_seconds": 60})).await;
+        let id = r["id"].as_str().expect("id").to_owned();
+        app.advance(61);
+        match how {
+            "deliver" => {
+                app.deliver_ok(&a, &json!({"type": "after.expiry"})).await;
+                expected.push(format!("request.expired {id}"));
+                expected.push("after.expiry".to_owned());
+            }
+            "put" => {
+                app.put_state(&a, "k", &json!({"value": 2}))
+                    .await
+                    .ok(StatusCode::OK);
+                expected.push(format!("request.expired {id}"));
+                expected.push("state.updated".to_owned());
+            }
+            _ => {
+                app.send(delete(a.key("k")).bearer(&a.token))
+                    .await
+                    .ok(StatusCode::OK);
+                expected.push(format!("request.expired {id}"));
+                expected.push("state.deleted".to_owned());
+            }
+        }
+    }
+    let feed = app.events(&a, "after=0").await;
+    let got: Vec<String> = feed["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| match e["type"].as_str() {
+            Some("request.expired") => format!(
+                "request.expired {}",
+                e["data"]["request_id"].as_str().unwrap_or_default()
+            ),
+            other => other.unwrap_or_default().to_owned(),
+        })
+        .collect();
+    assert_eq!(got, expected, "{feed}");
+}
+
 #[tokio::test]
 async fn the_sweeper_expires_requests_of_idle_addresses() {
     let app = TestApp::new();

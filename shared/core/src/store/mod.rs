@@ -149,6 +149,14 @@ pub struct Download<'a> {
     pub bytes: &'a [u8],
 }
 
+/// Where a client fetches a [`Download`] the deployment does not answer itself: a URL that
+/// needs no token, valid for `valid_for` from when it was made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownloadLink {
+    pub url: String,
+    pub valid_for: std::time::Duration,
+}
+
 /// A new request for a person (docs/API.md §12); its secret arrives hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewRequest {
@@ -430,7 +438,7 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         email_id: &str,
         download: &Download<'_>,
-    ) -> StoreResult<Option<String>> {
+    ) -> StoreResult<Option<DownloadLink>> {
         let _ = (id, email_id, download);
         Ok(None)
     }
@@ -500,6 +508,25 @@ pub trait Store: Send + Sync + 'static {
     async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
         let _ = (id, limits, now);
         Ok(0)
+    }
+
+    /// The feed's order rule for requests for a person (docs/API.md §12): a request's
+    /// `request.expired` comes before anything appended or read after its expiry. So every read
+    /// of the feed or a request, and every append (a delivery, an email, a state write), calls
+    /// this first with the address record it loaded; it costs nothing unless
+    /// [`AddressRecord::next_request_expiry`] has passed, and then runs
+    /// [`Store::expire_requests`]. (No timer service: the embedded store's sweeper also calls
+    /// it for addresses nobody touches.)
+    async fn expire_due(
+        &self,
+        address: &AddressRecord,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<()> {
+        if address.next_request_expiry.is_some_and(|t| t <= now) {
+            self.expire_requests(&address.id, limits, now).await?;
+        }
+        Ok(())
     }
 
     /// A received message that no delivery has taken yet, held where the provider put it under

@@ -120,14 +120,27 @@
     }
   }
 
-  // Fetches a download with the token and saves it through a Blob URL. A 303 (a large file on
-  // AWS) is followed by the browser, which drops the Authorization header on the way.
+  // Fetches a download with the token and saves it through a Blob URL. A file the deployment
+  // does not answer itself (on AWS, over 4 MiB) comes back as a short-lived link instead of a
+  // redirect (redirect=false: a redirect to another origin is one this page may not read); the
+  // browser then downloads it from there, without the token.
   async function download(path, filename, button) {
     button.disabled = true;
     const label = button.textContent;
     button.textContent = "Downloading…";
     try {
-      const r = await api("GET", path);
+      const r = await api("GET", path + "?redirect=false");
+      if (r.headers.get("AgentAddress-Download") === "link") {
+        const link = await r.json();
+        const url = new URL(str(link.url));
+        if (url.protocol !== "https:" && url.protocol !== "http:") throw new Error("not a web link");
+        const a = el("a", { href: url.href, rel: "noreferrer" });
+        document.body.append(a);
+        a.click();
+        a.remove();
+        say("Downloading " + (filename || "the file") + " from a link valid until " + fmtTime(link.expires_at) + ".", "info");
+        return;
+      }
       const blob = await r.blob();
       const url = URL.createObjectURL(blob);
       const a = el("a", { href: url, download: filename || "download" });
@@ -139,10 +152,10 @@
     } catch (e) {
       if (e instanceof Failure && e.status === 410 && e.code === "attachment_unavailable") {
         say("This message is no longer stored (410 attachment_unavailable).");
-      } else if (e instanceof TypeError) {
-        say("The download failed: " + e.message + ". Files over 4 MiB on AWS come from another site this page may not read; download them with the API (curl -L) or the CLI.");
-      } else {
+      } else if (e instanceof Failure) {
         explain(e, "The download");
+      } else {
+        say("The download failed: " + str(e && e.message) + ".");
       }
     } finally {
       button.disabled = false;
