@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 use crate::capacity::Tally;
 use crate::domain::{ids, Millis};
 use crate::item::*;
-use crate::requests::{request_key, ENTRY_PREFIX};
+use crate::requests::{entry_request_id, request_key};
 use crate::store::{StoreError, StoreResult};
 use crate::{DynamoStore, Item};
 
@@ -89,12 +89,12 @@ impl DynamoStore {
             .collect();
         let more = out.last_evaluated_key().is_some() || others.len() > budget;
         let partition = &others[..others.len().min(budget)];
-        // A request's item is outside the partition, named by its entry: it goes in an
-        // earlier batch than the entry, so that no failed step leaves it unnamed.
+        // A request's item is outside the partition, named by its entry (open or closed): it
+        // goes in an earlier batch than the entry, so that no failed step leaves it unnamed.
         let mut keys: Vec<Item> = partition
             .iter()
             .filter_map(|k| get_s(k, "sk"))
-            .filter_map(|sk| sk.strip_prefix(ENTRY_PREFIX).map(request_key))
+            .filter_map(|sk| entry_request_id(&sk).map(request_key))
             .collect();
         keys.extend_from_slice(partition);
         let found = keys.len();

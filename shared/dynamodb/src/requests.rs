@@ -1,8 +1,10 @@
 //! Requests for a person on AWS (docs/API.md §12). A request is its own item, `Q#{request_id}` /
 //! `Q`, so that its page finds it by id alone ([`Store::find_request`]); the address partition
-//! holds an entry per request (`Q#{request_id}`: status and expiry, for the open-request count,
-//! the due expiries and the purge) and, for a creation with an Idempotency-Key, a key record
-//! (`QK#{sha256(key)}`: the request id and the body hash).
+//! holds an entry per open request (`Q#{request_id}`: status and expiry, for the open-request
+//! count, the due expiries and the purge), one per closed request (`QX#{request_id}`, for the
+//! purge only, so that a step reads at most the open requests' entries, never the closed ones
+//! a busy address keeps for a retention period) and, for a creation with an Idempotency-Key, a
+//! key record (`QK#{sha256(key)}`: the request id and the body hash).
 //!
 //! Every step is ONE `TransactWriteItems`, with conditions instead of locks:
 //! - **create**: META (live, and its open-request revision `qrev` as read; `qrev` + 1 and
@@ -12,7 +14,8 @@
 //!   record is the earlier creation.
 //! - **answer** and **expiry**: the append transaction of the closing event
 //!   (`request.answered`, `request.expired`), with the request item conditioned on
-//!   `status = open` (and, for an answer, `expires_at > now`), its entry, and META's `qrev` and
+//!   `status = open` (and, for an answer, `expires_at > now`), its open entry deleted and its
+//!   closed entry put, and META's `qrev` and
 //!   `next_request_expiry` beside the sequence bump. The request condition failing is
 //!   [`Cancelled::RequestClosed`] with the request as it stands: another answer (or expiry)
 //!   won, and nothing changed.
@@ -26,7 +29,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    AttributeValue, Delete, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
     TransactWriteItem, Update,
 };
 
@@ -61,8 +64,24 @@ pub(crate) fn entry_sk(request_id: &str) -> String {
     format!("Q#{request_id}")
 }
 
-/// The prefix of the address partition's request entries.
+/// The prefix of the address partition's entries of open requests: what the request steps read.
 pub(crate) const ENTRY_PREFIX: &str = "Q#";
+
+/// The prefix of the entries of closed (answered or expired) requests: kept for the purge
+/// only, under another prefix so that the request steps, which read every open entry, never
+/// read the closed ones an address gathers over a retention period.
+pub(crate) const CLOSED_ENTRY_PREFIX: &str = "QX#";
+
+/// The sort key of closed request `request_id`'s entry.
+fn closed_entry_sk(request_id: &str) -> String {
+    format!("{CLOSED_ENTRY_PREFIX}{request_id}")
+}
+
+/// The request id an entry's sort key names, open or closed.
+pub(crate) fn entry_request_id(sk: &str) -> Option<&str> {
+    sk.strip_prefix(ENTRY_PREFIX)
+        .or_else(|| sk.strip_prefix(CLOSED_ENTRY_PREFIX))
+}
 
 /// The sort key of a creation's Idempotency-Key record.
 fn key_record_sk(key_hash: &str) -> String {
@@ -175,14 +194,17 @@ fn meta_request_update(
     }
 }
 
-/// How a closing event closes its request: the request item and its entry take `status` (and
-/// the answer), on the condition that the request is open (and, for an answer, unexpired);
-/// META's `next_request_expiry` becomes the earliest of the other open requests.
+/// How a closing event closes its request: the request item takes `status` (and the answer),
+/// on the condition that the request is open (and, for an answer, unexpired); its open entry
+/// becomes a closed one; META's `next_request_expiry` becomes the earliest of the other open
+/// requests.
 pub(crate) struct RequestClose {
     request_id: String,
     answer: Option<Answer>,
     read_qrev: u64,
     next_expiry: Option<Millis>,
+    /// The request's TTL ([`request_ttl`]), which its closed entry keeps.
+    ttl: AttributeValue,
 }
 
 impl RequestClose {
@@ -235,17 +257,24 @@ impl RequestClose {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::Internal(e.to_string()))?;
-        let entry = Update::builder()
+        let open_entry = Delete::builder()
             .table_name(table)
             .set_key(Some(key(pk(address_id), entry_sk(&self.request_id))))
-            .update_expression("SET #st = :closed")
-            .expression_attribute_names("#st", "status")
-            .expression_attribute_values(":closed", s(status.as_str()))
+            .build()
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut closed = key(pk(address_id), closed_entry_sk(&self.request_id));
+        closed.insert("request_id".into(), s(&self.request_id));
+        closed.insert("status".into(), s(status.as_str()));
+        closed.insert("ttl".into(), self.ttl.clone());
+        let closed_entry = Put::builder()
+            .table_name(table)
+            .set_item(Some(closed))
             .build()
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         Ok(vec![
             TransactWriteItem::builder().update(request).build(),
-            TransactWriteItem::builder().update(entry).build(),
+            TransactWriteItem::builder().delete(open_entry).build(),
+            TransactWriteItem::builder().put(closed_entry).build(),
         ])
     }
 }
@@ -631,6 +660,7 @@ impl DynamoStore {
                 answer: Some(answer.clone()),
                 read_qrev: read.qrev,
                 next_expiry: read.next_expiry(Some(&r.id)),
+                ttl: request_ttl(r.expires_at, limits),
             };
             match self
                 .append_closing_tx(&read.address, &event, None, None, Some(&close), limits, now)
@@ -686,6 +716,7 @@ impl DynamoStore {
                     answer: None,
                     read_qrev: read.qrev,
                     next_expiry: read.next_expiry(Some(&due.request_id)),
+                    ttl: request_ttl(due.expires_at, limits),
                 };
                 match self
                     .append_closing_tx(&read.address, &event, None, None, Some(&close), limits, now)

@@ -72,7 +72,9 @@ mod dynamodb_only {
     use agentaddress_core::domain::{ids, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
     use agentaddress_core::store::request_conformance::new_request;
-    use agentaddress_core::store::{IdempotencyClaim, NewAddress, NewEvent, Store, StoreError};
+    use agentaddress_core::store::{
+        Answer, IdempotencyClaim, NewAddress, NewEvent, Store, StoreError,
+    };
     use agentaddress_dynamodb::handle_purge_message;
     use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -159,15 +161,48 @@ mod dynamodb_only {
                 .await
                 .expect("create request");
         }
+        // Two more, closed: one answered, one expired. A closed request's entry moves from the
+        // open ones (`Q#`, what every request step reads) to the closed ones (`QX#`).
+        let answered = new_request(3_600_000, None);
+        let expired = new_request(60_000, None);
+        for r in [answered.clone(), expired.clone()] {
+            requests.push(r.id.clone());
+            store
+                .create_request(&id, r, &limits, T0)
+                .await
+                .expect("create request");
+        }
+        let answer = Answer {
+            choice: "Approve".into(),
+            comment: None,
+            answered_at: T0 + 1,
+        };
+        store
+            .answer_request(&answered.id, answer, &limits, T0 + 1)
+            .await
+            .expect("answer");
+        assert_eq!(
+            store
+                .expire_requests(&id, &limits, T0 + 60_000)
+                .await
+                .expect("expire"),
+            1
+        );
         for r in &requests {
             assert!(request_item_exists(&store, r).await, "request {r} stored");
         }
         let before = items_of(&store, &id).await;
+        for closed in [&answered.id, &expired.id] {
+            assert!(before.contains(&format!("QX#{closed}")), "{before:?}");
+            assert!(!before.contains(&format!("Q#{closed}")), "{before:?}");
+        }
+        let open: Vec<&String> = before.iter().filter(|sk| sk.starts_with("Q#")).collect();
+        assert_eq!(open.len(), 2, "only the open requests' entries: {before:?}");
         assert!(
             before.iter().any(|sk| sk.contains("#001")),
             "the big event was chunked: {before:?}"
         );
-        assert!(before.len() >= 30 + 30 + 1 + 1 + 2);
+        assert!(before.len() >= 30 + 30 + 1 + 1 + 4);
         assert!(
             handle_purge_message(&store, &format!("{{\"address_id\":\"{id}\"}}"), 1, T0)
                 .await
