@@ -3,6 +3,7 @@
 //! and `state` are the command-line client (docs/CLI.md).
 #![forbid(unsafe_code)]
 
+mod backup;
 mod client;
 mod purge;
 mod serve;
@@ -29,6 +30,8 @@ enum Command {
     /// Consume the purge queue of the AWS deployment (what the `purge` Lambda does), by
     /// long-polling SQS: for local stacks and for running purges outside Lambda.
     PurgeWorker(purge::PurgeArgs),
+    /// Copy the embedded store's database to a new file, consistently, while serve runs.
+    Backup(backup::BackupArgs),
     #[command(flatten)]
     Client(client::ClientCommand),
 }
@@ -53,6 +56,7 @@ fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::PurgeWorker(args) => purge::run(args),
+        Command::Backup(args) => backup::run(args),
         Command::Client(command) => client::run(command),
     }
 }

@@ -27,6 +27,7 @@ use agentaddress_core::{domain, store};
 
 mod addresses;
 mod append;
+mod backup;
 mod connections;
 mod email;
 mod events;
@@ -36,6 +37,8 @@ mod requests;
 mod rows;
 mod schema;
 mod state;
+
+pub use backup::{backup, BackupError, BackupReport};
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

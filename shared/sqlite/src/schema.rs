@@ -6,7 +6,7 @@ use crate::rows::sql_err;
 use crate::store::{StoreError, StoreResult};
 
 /// Migration `n` (from 1) brings the schema to `PRAGMA user_version = n`.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the tables.
     r#"
 CREATE TABLE addresses (

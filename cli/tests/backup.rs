@@ -1,0 +1,271 @@
+//! `agentaddress backup` (README, "Backups"): a copy taken while `serve` is under write load
+//! restores to a server that has every write acknowledged before the backup began, and a
+//! consistent feed — a prefix of the live one, whose state events replay to the restored state
+//! (the invariant checker's replay rule). Refusals leave everything as it was.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentaddress_blackbox::{Address, Client};
+use serde_json::{json, Value};
+
+const WRITERS: usize = 4;
+
+/// What a writer had acknowledged, with when the acknowledgement arrived.
+#[derive(Default)]
+struct Acked {
+    /// (address index, marker, when)
+    deliveries: Vec<(usize, String, Instant)>,
+    /// (address index, key, revision, when)
+    puts: Vec<(usize, String, u64, Instant)>,
+}
+
+fn rebase(a: &Address, from: &str, to: &str) -> Address {
+    let r = |s: &str| s.replacen(from, to, 1);
+    Address {
+        id: a.id.clone(),
+        token: a.token.clone(),
+        inbox_url: r(&a.inbox_url),
+        root: r(&a.root),
+        events_url: r(&a.events_url),
+        state_url: r(&a.state_url),
+        created: a.created.clone(),
+    }
+}
+
+/// One writer: deliveries with an Idempotency-Key and state writes to its own key, until
+/// `stop`; records what was acknowledged.
+async fn writer(
+    c: Client,
+    a: Address,
+    ai: usize,
+    w: usize,
+    acked: Arc<Mutex<Acked>>,
+    stop: Instant,
+) {
+    let mut n = 0u64;
+    while Instant::now() < stop {
+        n += 1;
+        let marker = format!("w{w}-{n}");
+        let r = c
+            .deliver(
+                &a,
+                &json!({"type": "backup.test", "data": {"marker": marker}}),
+                Some(&marker),
+            )
+            .await;
+        if r.status == 202 || r.status == 200 {
+            let now = Instant::now();
+            acked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .deliveries
+                .push((ai, marker, now));
+        }
+        let key = format!("writer-{w}");
+        let r = c
+            .json(
+                "PUT",
+                &format!("{}/{key}", a.state_url),
+                Some(&a.token),
+                &json!({"value": n}),
+            )
+            .await;
+        if r.status == 200 {
+            let rev = r.json["revision"].as_u64().unwrap_or(0);
+            let now = Instant::now();
+            acked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .puts
+                .push((ai, key, rev, now));
+        }
+    }
+}
+
+/// The state an address's feed replays to: key → (revision, value).
+fn replay(events: &[Value]) -> BTreeMap<String, (u64, Value)> {
+    let mut state = BTreeMap::new();
+    for e in events {
+        let d = &e["data"];
+        let key = d["key"].as_str().unwrap_or_default().to_owned();
+        match e["type"].as_str() {
+            Some("state.updated") => {
+                state.insert(
+                    key,
+                    (d["revision"].as_u64().unwrap_or(0), d["value"].clone()),
+                );
+            }
+            Some("state.deleted") => {
+                state.remove(&key);
+            }
+            _ => {}
+        }
+    }
+    state
+}
+
+fn backup(db: &Path, out: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .arg("backup")
+        .arg("--db")
+        .arg(db)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run agentaddress backup: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consistent_feed() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let db = dir.path().join("live.db");
+    let copy = dir.path().join("backup.db");
+    let limits = [
+        "--polls-per-minute",
+        "100000",
+        "--max-retained-events",
+        "1000000",
+    ];
+    let (mut live, base) = common::spawn_serve(&db, "127.0.0.1:0", &limits).await;
+    let c = Client::new(&base);
+    let mut addresses = Vec::new();
+    for _ in 0..2 {
+        addresses.push(c.new_address().await);
+    }
+
+    let acked = Arc::new(Mutex::new(Acked::default()));
+    let stop = Instant::now() + Duration::from_secs(4);
+    let tasks: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let ai = w % addresses.len();
+            tokio::spawn(writer(
+                c.clone(),
+                addresses[ai].clone(),
+                ai,
+                w,
+                acked.clone(),
+                stop,
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let began = Instant::now();
+    let (db2, copy2) = (db.clone(), copy.clone());
+    let out = tokio::task::spawn_blocking(move || backup(&db2, &copy2))
+        .await
+        .unwrap_or_else(|e| panic!("backup task: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "backup failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("integrity check ok"), "{stdout}");
+    for t in tasks {
+        t.await.unwrap_or_else(|e| panic!("writer: {e}"));
+    }
+    // The live feeds, for the prefix check.
+    let mut live_feeds = Vec::new();
+    for a in &addresses {
+        live_feeds.push(c.read_all(a).await);
+    }
+    let _ = live.kill().await;
+
+    // Restore: serve the copy.
+    let (_restored, base2) = common::spawn_serve(&copy, "127.0.0.1:0", &limits).await;
+    let c2 = Client::new(&base2);
+    let acked = acked.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut before, mut after) = (0usize, 0usize);
+    for (ai, a) in addresses.iter().enumerate() {
+        let a2 = rebase(a, &base, &base2);
+        let feed = c2.read_all(&a2).await;
+        // Gapless from 1, and a prefix of the live feed: the copy is one moment of it.
+        for (i, e) in feed.iter().enumerate() {
+            assert_eq!(e["sequence"].as_u64(), Some(i as u64 + 1), "gapless: {e}");
+            assert_eq!(
+                e, &live_feeds[ai][i],
+                "the restored feed is a prefix of the live one"
+            );
+        }
+        assert!(!feed.is_empty() && feed.len() <= live_feeds[ai].len());
+        // Every delivery acknowledged before the backup began is in it.
+        for (i, marker, at) in &acked.deliveries {
+            if *i != ai {
+                continue;
+            }
+            let found = feed.iter().any(|e| e["data"]["marker"] == marker.as_str());
+            if *at < began {
+                before += 1;
+                assert!(
+                    found,
+                    "delivery {marker}, acknowledged before the backup, is missing"
+                );
+            } else {
+                after += usize::from(!found);
+            }
+        }
+        // The state replays from the feed, and holds every write acknowledged before.
+        let listed = c2.get(&a2.state_url, Some(&a2.token)).await;
+        listed.expect_status(200, "list the restored state");
+        let replayed = replay(&feed);
+        let keys = listed.json["keys"].as_array().cloned().unwrap_or_default();
+        assert_eq!(keys.len(), replayed.len(), "{listed:?}");
+        for k in keys {
+            let key = k["key"].as_str().unwrap_or_default();
+            let got = c2
+                .get(&format!("{}/{key}", a2.state_url), Some(&a2.token))
+                .await;
+            let (rev, value) = replayed.get(key).cloned().unwrap_or_default();
+            assert_eq!(got.json["revision"].as_u64(), Some(rev), "{key}");
+            assert_eq!(got.json["value"], value, "{key}");
+        }
+        for (i, key, rev, at) in &acked.puts {
+            if *i == ai && *at < began {
+                let have = replayed.get(key).map_or(0, |(r, _)| *r);
+                assert!(
+                    have >= *rev,
+                    "{key}: revision {rev} acknowledged before, {have} restored"
+                );
+            }
+        }
+    }
+    assert!(
+        before > 20,
+        "the writers were busy before the backup: {before} deliveries"
+    );
+    eprintln!(
+        "backup: {before} deliveries acknowledged before it, all restored; {after} of those after it are not in it"
+    );
+}
+
+#[test]
+fn refusals_change_nothing() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    // No such database: no file is made.
+    let out = backup(&dir.path().join("none.db"), &dir.path().join("a.db"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
+    assert!(!dir.path().join("a.db").exists());
+    // Not a database of ours.
+    let junk = dir.path().join("junk.db");
+    std::fs::write(&junk, b"not sqlite at all").unwrap_or_else(|e| panic!("{e}"));
+    let out = backup(&junk, &dir.path().join("b.db"));
+    assert!(!out.status.success(), "{out:?}");
+    assert!(!dir.path().join("b.db").exists());
+    assert!(!dir.path().join("b.db.partial").exists());
+    assert_eq!(
+        std::fs::read(&junk).unwrap_or_default(),
+        b"not sqlite at all"
+    );
+    // An existing destination is never overwritten.
+    let existing = dir.path().join("c.db");
+    std::fs::write(&existing, b"keep me").unwrap_or_else(|e| panic!("{e}"));
+    let out = backup(&junk, &existing);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&existing).unwrap_or_default(), b"keep me");
+}
