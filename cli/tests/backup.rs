@@ -179,7 +179,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
     // Restore: serve the copy.
     let (_restored, base2) = common::spawn_serve(&copy, "127.0.0.1:0", &limits).await;
     let c2 = Client::new(&base2);
-    let acked = acked.lock().unwrap_or_else(|e| e.into_inner());
+    let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|e| e.into_inner()));
     let (mut before, mut after) = (0usize, 0usize);
     for (ai, a) in addresses.iter().enumerate() {
         let a2 = rebase(a, &base, &base2);
