@@ -5,6 +5,7 @@
 
 mod backup;
 mod client;
+mod metrics;
 mod purge;
 mod serve;
 mod smtp;

@@ -98,6 +98,11 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(4..=65_536))]
     page_memory_mib: u64,
 
+    /// Serve Prometheus metrics (`GET /metrics`) on this address (port 0: a free one, printed).
+    /// Off by default: metrics are for the operator, so keep it on a private interface.
+    #[arg(long, env = "AGENTADDRESS_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+
     #[command(flatten)]
     smtp: crate::smtp::SmtpArgs,
 
@@ -190,6 +195,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
         None => None,
     };
+    // The metrics listener, when configured; its line comes after the SMTP one.
+    let metrics = match args.metrics_listen {
+        Some(addr) => {
+            let (metrics_local, task) = crate::metrics::serve(addr, shutdown_rx.clone()).await?;
+            println!("agentaddress metrics on http://{metrics_local}/metrics");
+            tracing::info!(%metrics_local, "serving Prometheus metrics");
+            Some(task)
+        }
+        None => None,
+    };
     tracing::info!(
         %local,
         db = %args.db.display(),
@@ -243,6 +258,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     .map_err(|e| format!("server error: {e}"))?;
     if let Some(smtp) = smtp {
         let _ = smtp.await;
+    }
+    if let Some(metrics) = metrics {
+        let _ = metrics.await;
     }
     let _ = sweeper.await;
     tracing::info!("stopped");

@@ -361,6 +361,7 @@ impl Caps {
             self.refusing.fetch_sub(1, Ordering::AcqRel);
             return;
         }
+        agentaddress_core::metrics::smtp_refusal(421);
         let caps = Arc::clone(self);
         tokio::spawn(async move {
             let _ = tokio::time::timeout(Duration::from_secs(2), async {

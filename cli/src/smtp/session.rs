@@ -86,6 +86,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    let _open = agentaddress_core::metrics::smtp_session();
     let mut conn: Conn = BufReader::new(Box::new(stream) as Box<dyn Io>);
     let mut session = Session {
         peer,
@@ -525,6 +526,11 @@ impl Session {
     /// Writes one reply (lines separated by CRLF, without the last CRLF), within the command
     /// timeout.
     async fn reply(&mut self, conn: &mut Conn, reply: &str) -> io::Result<()> {
+        if let Some(code) = reply.get(..3).and_then(|c| c.parse::<u16>().ok()) {
+            if code >= 400 {
+                agentaddress_core::metrics::smtp_refusal(code);
+            }
+        }
         let write = async {
             conn.write_all(reply.as_bytes()).await?;
             conn.write_all(b"\r\n").await?;

@@ -307,8 +307,14 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match &self {
-            Self::Internal(detail) => tracing::error!(%detail, "internal error"),
-            Self::Unavailable(detail) => tracing::warn!(%detail, "store unavailable"),
+            Self::Internal(detail) => {
+                crate::metrics::store_error("internal");
+                tracing::error!(%detail, "internal error");
+            }
+            Self::Unavailable(detail) => {
+                crate::metrics::store_error("unavailable");
+                tracing::warn!(%detail, "store unavailable");
+            }
             _ => {}
         }
         let mut error = Map::new();

@@ -370,6 +370,8 @@ async fn long_poll(
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
     let mut shutdown = state.shutdown.clone();
     let mut backoff = POLL_BACKOFF_START;
+    // Counted in `agentaddress_long_polls_open` from its first wait to its answer.
+    let mut waiting: Option<crate::metrics::Open> = None;
     loop {
         let charge = state
             .page_budget
@@ -411,6 +413,7 @@ async fn long_poll(
             }
         }
         let wake = expiry_check.map_or(deadline, |t| t.min(deadline));
+        waiting.get_or_insert_with(|| crate::metrics::Open::new(crate::metrics::LONG_POLLS_OPEN));
         match &mut wakeups {
             Some(rx) => {
                 tokio::select! {

@@ -5,7 +5,7 @@
 //! [`router_with`].
 #![forbid(unsafe_code)]
 
-pub use agentaddress_core::{domain, store};
+pub use agentaddress_core::{domain, metrics, store};
 
 pub mod config;
 pub mod dto;

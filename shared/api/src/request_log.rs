@@ -1,5 +1,6 @@
 //! One log line per request with the route template, never the concrete path: inbox URLs carry
-//! secrets, and headers (tokens) are never logged.
+//! secrets, and headers (tokens) are never logged; and the request's metrics
+//! ([`crate::metrics::request`]), labelled the same way.
 //!
 //! A tower layer rather than `axum::middleware::from_fn`: `from_fn` boxes a clone of the inner
 //! service and the middleware's future for every request, about a kilobyte that a long poll
@@ -83,7 +84,9 @@ where
                 .as_ref()
                 .map_or("(unmatched)", MatchedPath::as_str);
             let status = response.status().as_u16();
-            let ms = this.started.elapsed().as_secs_f64() * 1000.0;
+            let took = this.started.elapsed();
+            crate::metrics::request(method.as_str(), route, status, took);
+            let ms = took.as_secs_f64() * 1000.0;
             if status >= 500 {
                 tracing::warn!(%method, %route, status, ms, "request");
             } else {

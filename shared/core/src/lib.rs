@@ -5,4 +5,5 @@
 #![forbid(unsafe_code)]
 
 pub mod domain;
+pub mod metrics;
 pub mod store;

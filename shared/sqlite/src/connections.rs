@@ -182,13 +182,16 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_group: usize) {
                 Err(_) => break,
             }
         }
+        let began = std::time::Instant::now();
         match conn.execute_batch("BEGIN IMMEDIATE") {
             Ok(()) => {
+                let writes = jobs.len();
                 let completions: Vec<Completion> = jobs.into_iter().map(|j| j(Ok(&conn))).collect();
                 let commit = conn.execute_batch("COMMIT").map_err(|e| {
                     let _ = conn.execute_batch("ROLLBACK");
                     StoreError::Unavailable(format!("commit failed: {e}"))
                 });
+                crate::metrics::commit(writes, began.elapsed());
                 for c in completions {
                     c(commit.clone());
                 }

@@ -23,7 +23,7 @@
 //! of whose methods is implemented in the module of its job.
 #![forbid(unsafe_code)]
 
-use agentaddress_core::{domain, store};
+use agentaddress_core::{domain, metrics, store};
 
 mod addresses;
 mod append;
