@@ -3,6 +3,7 @@
 //! `not_supported` (docs/API.md §14), as JSON like every error, before authentication. The
 //! store here is the embedded one, which has the wake-up signal a stream needs: what turns
 //! streams off is the functions' state ([`agentaddress_functions::http_state`]), not the store.
+//! The discovery document of the same state does not list `event_stream`.
 //! The router is served on a real socket, in process (the full Lambda stack is not needed to
 //! see what this router answers).
 
@@ -19,7 +20,8 @@ async fn the_events_function_answers_the_stream_501_not_supported() {
     let store = SqliteStore::open_in_memory().unwrap_or_else(|e| panic!("store: {e}"));
     let state = agentaddress_functions::http_state(Arc::new(store), &service);
     assert!(state.streams.is_none(), "the functions serve no streams");
-    let router = agentaddress_api::router_of(&[&groups::EVENTS], state, None, &[]);
+    let router =
+        agentaddress_api::router_of(&[&groups::EVENTS, &groups::SERVICE], state, None, &[]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("bind: {e}"));
@@ -62,4 +64,16 @@ async fn the_events_function_answers_the_stream_501_not_supported() {
         .await
         .unwrap_or_else(|e| panic!("GET events: {e}"));
     assert_eq!(r.status().as_u16(), 401);
+    // The discovery document (the `service` function's) does not list the stream.
+    let w: Value = http
+        .get(format!("{base}/.well-known/agentaddress.json"))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET well-known: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("JSON: {e}"));
+    let features = w["features"].as_array().cloned().unwrap_or_default();
+    assert!(features.contains(&json!("long_polling")), "{w}");
+    assert!(!features.contains(&json!("event_stream")), "{w}");
 }

@@ -169,6 +169,7 @@ async fn the_well_known_document_says_where_everything_is() {
         .filter_map(Value::as_str)
         .collect();
     for f in [
+        "event_stream",
         "webhooks",
         "long_polling",
         "state",
