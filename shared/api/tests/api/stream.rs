@@ -29,7 +29,11 @@ async fn open(app: &TestApp, a: &Addr) -> Body {
     let response = app
         .app
         .clone()
-        .oneshot(get(format!("{}/events/stream", a.root)).bearer(&a.token).build())
+        .oneshot(
+            get(format!("{}/events/stream", a.root))
+                .bearer(&a.token)
+                .build(),
+        )
         .await
         .expect("the router never fails");
     assert_eq!(response.status(), StatusCode::OK);
