@@ -397,3 +397,17 @@ async fn streams_count_against_the_connection_caps() {
     assert!(opened, "a closed stream's connection is freed");
     drop(second);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_wake_up_signal_the_stream_is_not_served() {
+    // `--sqlite-wakeups false` (a benchmarking knob) leaves long polls re-reading with
+    // backoff; a stream would have to poll, so it is refused as on Lambda.
+    let (_server, base, _dir) = server(&["--sqlite-wakeups", "false"]).await;
+    let c = Client::new(&base);
+    let a = c.new_address().await;
+    let s = Stream::open(&http_client(), &a, "", &[]).await;
+    expect_error(s, 501, "not_supported", "no wake-up signal").await;
+    c.events(&a, "after=0")
+        .await
+        .expect_status(200, "the feed is served");
+}
