@@ -11,6 +11,7 @@ pub mod email;
 pub mod mcp;
 pub mod requests;
 pub mod scenarios;
+pub mod sse;
 
 use std::time::Duration;
 

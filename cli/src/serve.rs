@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::page_budget::PageBudget;
+use agentaddress_api::stream::{self, StreamSettings};
 use agentaddress_api::telemetry::{self, LogFormat};
 use agentaddress_api::{ApiConfig, AppState};
 use agentaddress_core::domain::{Clock, SystemClock};
@@ -103,6 +104,20 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTADDRESS_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
 
+    /// Milliseconds without a sent event before an event stream sends a heartbeat comment
+    /// (docs/API.md §14: 15 s). A testing knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_STREAM_HEARTBEAT_MS", hide = true,
+          default_value_t = stream::HEARTBEAT.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    stream_heartbeat_ms: u64,
+
+    /// Milliseconds after which the server closes an event stream (docs/API.md §14: one hour).
+    /// A testing knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_STREAM_MAX_MS", hide = true,
+          default_value_t = stream::MAX_DURATION.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    stream_max_ms: u64,
+
     #[command(flatten)]
     smtp: crate::smtp::SmtpArgs,
 
@@ -160,7 +175,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let state = AppState::new(Arc::clone(&store), config)
         .with_clock(Arc::clone(&clock))
         .with_shutdown(shutdown_rx.clone())
-        .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024));
+        .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024))
+        .with_streams(Some(StreamSettings {
+            heartbeat: Duration::from_millis(args.stream_heartbeat_ms),
+            max_duration: Duration::from_millis(args.stream_max_ms),
+        }));
     // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
     // them apart by the connection preface.
     let app = agentaddress_mcp::router(state).layer(crate::transport::PerVersionLayer);

@@ -125,6 +125,16 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
     let during = scrape(&url).await;
     let r = poll.await.unwrap_or_else(|e| panic!("poll: {e}"));
     r.expect_status(200, "the long poll");
+    // An event stream, open while we scrape.
+    let stream = reqwest::Client::new()
+        .get(format!("{}/stream?after=1", a.events_url))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("open a stream: {e}"));
+    assert_eq!(stream.status(), 200);
+    let streaming = scrape(&url).await;
+    drop(stream);
     // Past the poll rate limit (3 a minute): one more is refused.
     for _ in 0..3 {
         c.events(&a, "after=0").await;
@@ -135,6 +145,7 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
         ("agentaddress_http_requests", "counter"),
         ("agentaddress_http_request_duration_seconds", "histogram"),
         ("agentaddress_long_polls_open", "gauge"),
+        ("agentaddress_streams_open", "gauge"),
         ("agentaddress_rate_limited", "counter"),
         ("agentaddress_store_commit_batch_size", "histogram"),
         ("agentaddress_store_commit_seconds", "histogram"),
@@ -167,6 +178,16 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
     assert_eq!(
         delivered, 1.0,
         "the inbox route by its template, never its secret"
+    );
+    assert_eq!(
+        value(
+            &streaming,
+            "agentaddress_streams_open",
+            "agentaddress_streams_open",
+            &[]
+        ),
+        1.0,
+        "the open stream is counted"
     );
     let text = serde_json::to_string(&after).unwrap_or_default();
     assert!(!text.contains(&a.token), "no token in the metrics");

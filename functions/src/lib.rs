@@ -74,8 +74,7 @@ async fn serve_http(
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let store = store(&service, bucket).await?;
-    let state = AppState::new(Arc::new(store), ApiConfig::from(&service));
-    let router = api::router_of(groups, state, mcp, others);
+    let router = api::router_of(groups, http_state(Arc::new(store), &service), mcp, others);
     let app = tower::ServiceBuilder::new()
         .map_request(|mut req: lambda_http::Request| {
             let ip = match req.request_context_ref() {
@@ -90,6 +89,15 @@ async fn serve_http(
         })
         .service(router);
     lambda_http::run(app).await
+}
+
+/// The state of every HTTP function: no event streams (API Gateway buffers a function's whole
+/// answer, so `GET {root}/events/stream` answers 501 `not_supported`, docs/API.md §14).
+pub fn http_state(
+    store: Arc<dyn agentaddress_core::store::Store>,
+    service: &ServiceConfig,
+) -> AppState {
+    AppState::new(store, ApiConfig::from(service)).with_streams(None)
 }
 
 /// How many purge steps (of up to 500 items) one message gets before it is sent again.

@@ -26,6 +26,7 @@ pub use crate::pages::{
     inbox_css, inbox_js, inbox_page, llms_full_txt, well_known,
 };
 pub use crate::request_routes::*;
+pub use crate::stream::{__path_stream_events, stream_events};
 
 type ApiResult = Result<Response, ApiError>;
 
@@ -34,7 +35,7 @@ type ApiResult = Result<Response, ApiError>;
 const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
 
 /// The byte cap of one page of events (docs/API.md §4).
-const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
+pub(crate) const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// How many fresh ids creating an address tries when one is taken.
 const CREATE_ATTEMPTS: u32 = 3;
 /// The largest create-address body we read.

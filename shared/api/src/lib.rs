@@ -22,6 +22,7 @@ mod request_log;
 mod request_page;
 mod request_routes;
 pub mod routes;
+pub mod stream;
 pub mod telemetry;
 
 use std::sync::Arc;
@@ -76,6 +77,9 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     /// The memory shared by pages of events in flight (`serve`); none on Lambda.
     pub page_budget: Option<Arc<page_budget::PageBudget>>,
+    /// How event streams behave; `None` where they cannot be served (the Lambda functions:
+    /// API Gateway buffers whole answers), and the route answers 501 (docs/API.md §14).
+    pub streams: Option<stream::StreamSettings>,
 }
 
 impl AppState {
@@ -89,6 +93,7 @@ impl AppState {
             clock: Arc::new(SystemClock),
             shutdown: rx,
             page_budget: None,
+            streams: Some(stream::StreamSettings::default()),
         }
     }
 
@@ -99,6 +104,12 @@ impl AppState {
 
     pub fn with_shutdown(mut self, shutdown: watch::Receiver<bool>) -> Self {
         self.shutdown = shutdown;
+        self
+    }
+
+    /// Event streams with these settings, or none (501) where the deployment cannot stream.
+    pub fn with_streams(mut self, streams: Option<stream::StreamSettings>) -> Self {
+        self.streams = streams;
         self
     }
 

@@ -119,6 +119,7 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
             ],
         ),
         ("list_events", &[Unauthorized, AddressGone, RateLimited]),
+        ("stream_events", &[Unauthorized, AddressGone, RateLimited]),
         ("get_event", &[Unauthorized, NotFound, AddressGone]),
         ("ack_event", &[Unauthorized, NotFound, AddressGone]),
         ("list_state", &[Unauthorized, AddressGone]),
@@ -300,6 +301,12 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
         "^(?:[0-9]{1,18}|\"[0-9]{1,18}\")$",
     ),
     (
+        "Last-Event-ID",
+        "The sequence of the last event received (as `after`, which it overrides): what an \
+         EventSource sends when it reconnects.",
+        "^[0-9]{1,19}$",
+    ),
+    (
         "Idempotency-Key",
         "1 to 255 printable ASCII characters. The same key again, while the event it produced is \
          retained, answers that event (200) instead of appending another.",
@@ -439,7 +446,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 28);
+        assert_eq!(operations, 29);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

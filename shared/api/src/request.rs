@@ -237,6 +237,23 @@ impl IntoParams for FeedParams {
     }
 }
 
+/// The query of `GET {root}/events/stream` (docs/API.md §14): where the stream starts, as
+/// the feed's `after`; a `Last-Event-ID` header overrides it.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct StreamParams {
+    #[serde(default, deserialize_with = "after")]
+    #[schema(schema_with = stream_after_schema)]
+    pub after: Option<u64>,
+}
+
+impl Fields for StreamParams {}
+
+impl IntoParams for StreamParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        query_parameters::<Self>()
+    }
+}
+
 /// The query of `DELETE {state_url}/{key}` (docs/API.md §7).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 pub struct DeleteStateParams {
@@ -616,6 +633,15 @@ fn after_schema() -> Object {
         0,
         COUNT_MAX,
         "Return events with sequence > after (default 0): the previous page's `next_cursor`.",
+    )
+}
+
+fn stream_after_schema() -> Object {
+    integer(
+        false,
+        0,
+        COUNT_MAX,
+        "Stream the events with sequence > after (default 0); a `Last-Event-ID` header overrides it.",
     )
 }
 

@@ -160,6 +160,10 @@ pub async fn create_request(
     );
     if !created.duplicate {
         tracing::info!(%address_id, request_id = %r.id, "request created");
+        // An open event stream learns the new expiry (docs/API.md §14).
+        if let Some(signal) = state.store.feed_signal() {
+            signal.touch(&address_id);
+        }
     }
     let status = if created.duplicate {
         StatusCode::OK

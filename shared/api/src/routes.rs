@@ -26,7 +26,8 @@ pub enum RouteGroup {
     Address,
     /// `POST {inbox_url}`
     Inbox,
-    /// `GET {root}/events`, `GET {root}/events/{event_id}`, `POST .../ack`
+    /// `GET {root}/events`, `GET {root}/events/stream` (501 on Lambda), `GET {root}/events/{event_id}`,
+    /// `POST .../ack`
     Events,
     /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
     State,
@@ -302,7 +303,7 @@ route_table! {
     CreateAddress CREATE_ADDRESS "create-address" [create_address]
     Address ADDRESS "address" [inspect_address, delete_address]
     Inbox INBOX "inbox" [deliver]
-    Events EVENTS "events" [list_events, get_event, ack_event]
+    Events EVENTS "events" [list_events, stream_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]
     Service SERVICE "service" [healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]

@@ -19,6 +19,8 @@ pub const HTTP_REQUEST_SECONDS: &str = "agentaddress_http_request_duration_secon
 pub const RATE_LIMITED: &str = "agentaddress_rate_limited_total";
 /// Long polls waiting now.
 pub const LONG_POLLS_OPEN: &str = "agentaddress_long_polls_open";
+/// Event streams open now (docs/API.md §14).
+pub const STREAMS_OPEN: &str = "agentaddress_streams_open";
 /// Requests the store could not serve (HTTP 503 `unavailable` or 500 `internal`): label `kind`.
 pub const STORE_ERRORS: &str = "agentaddress_store_errors_total";
 /// Writes committed together by the embedded store's writer (group commit).
@@ -53,6 +55,7 @@ pub fn describe() {
     );
     describe_counter!(RATE_LIMITED, "Requests refused with 429 rate_limited.");
     describe_gauge!(LONG_POLLS_OPEN, "Long polls waiting now.");
+    describe_gauge!(STREAMS_OPEN, "Event streams open now.");
     describe_counter!(
         STORE_ERRORS,
         "Requests the store could not serve (503 or 500)."

@@ -175,7 +175,13 @@ pub fn discovery(state: &AppState, base: &str) -> Discovery {
         version: env!("CARGO_PKG_VERSION").into(),
         email_domain: state.config.email_domain.clone(),
         limits: state.config.limits.clone(),
-        features: FEATURES.iter().map(|f| (*f).to_owned()).collect(),
+        features: FEATURES
+            .iter()
+            .copied()
+            // Where streams are served (not on Lambda, docs/API.md §14).
+            .chain(state.streams.map(|_| "event_stream"))
+            .map(str::to_owned)
+            .collect(),
         openapi: format!("{base}/openapi.json"),
         skill: format!("{base}/skill.md"),
         mcp: format!("{base}{MCP_PATH}"),

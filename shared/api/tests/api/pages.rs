@@ -120,7 +120,7 @@ async fn llms_full_is_skill_md_then_every_operation_of_openapi() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 28);
+    assert_eq!(operations, 29);
     for schema in doc.json["components"]["schemas"]
         .as_object()
         .expect("schemas")
@@ -169,6 +169,7 @@ async fn the_well_known_document_says_where_everything_is() {
         .filter_map(Value::as_str)
         .collect();
     for f in [
+        "event_stream",
         "webhooks",
         "long_polling",
         "state",

@@ -43,6 +43,19 @@ impl FeedSignal {
         }
     }
 
+    /// Wakes every poller of `address_id` without a new sequence: something they wait for
+    /// besides the feed changed (a request for a person was created, whose expiry an open
+    /// event stream must learn, docs/API.md §14).
+    pub fn touch(&self, address_id: &str) {
+        let senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(tx) = senders.get(address_id) {
+            tx.send_modify(|_| {});
+        }
+    }
+
     /// Drops channels nobody listens to any more.
     pub fn prune(&self) {
         self.senders

@@ -1,0 +1,350 @@
+//! `GET {root}/events/stream`: the feed as Server-Sent Events (docs/API.md §14).
+//!
+//! A stream is the long poll of `GET {root}/events` that never answers: it reads pages of the
+//! feed from its cursor as the feed does (`Store::read_events`), sends each event once, in
+//! order, and between pages waits on the same per-address wake-up signal
+//! (`Store::feed_signal`) — no polling loop. Requests for a person that expire during the wait
+//! get their `request.expired` event on time, as they end a long poll.
+//!
+//! A stream ends on its own: at the server's graceful shutdown (after the event being written),
+//! when the address is deleted or expires, on a store error, and after [`MAX_DURATION`]. The
+//! client then resumes with `Last-Event-ID`. While nothing is sent, a comment line goes out
+//! every [`HEARTBEAT`], so that proxies and clients can tell a quiet stream from a dead one.
+//!
+//! **Where streams are served.** Only where [`AppState::streams`] is set (it is by default;
+//! the Lambda functions clear it: API Gateway buffers a function's whole answer and cannot
+//! stream) and the store has a wake-up signal (the embedded store does, unless `serve`'s
+//! benchmarking knob turns it off; a stream without one would have to poll). Elsewhere the
+//! route answers 501 `not_supported`, before authentication: it says something about the
+//! deployment, nothing about an address.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, Uri};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::dto::{ErrorBody, EventView};
+use super::extract::{authenticate, parse_count, query_fields};
+use super::page_budget::Charge;
+use super::request::{parse_fields, StreamParams};
+use super::request_routes::expire_due;
+use super::{ApiError, AppState};
+use crate::domain::Millis;
+use crate::store::{Event, StoreError};
+
+/// A comment line goes out when nothing was sent for this long (docs/API.md §14).
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+/// The server closes a stream after this long; the client resumes with `Last-Event-ID`.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+/// The text of the heartbeat comment: the line is `: keep-alive`.
+const HEARTBEAT_TEXT: &str = "keep-alive";
+/// Events read at once: the feed's largest page.
+const PAGE_EVENTS: usize = 100;
+/// How soon an expiry is checked again when the service's clock has not reached it at the
+/// moment the monotonic clock said it would (as the long poll does).
+const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
+
+/// How streams behave where they are served ([`AppState::streams`]). The defaults are the
+/// contract's; `serve` lowers them only through hidden flags, for tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSettings {
+    /// [`HEARTBEAT`] by default.
+    pub heartbeat: Duration,
+    /// [`MAX_DURATION`] by default.
+    pub max_duration: Duration,
+}
+
+impl Default for StreamSettings {
+    fn default() -> Self {
+        Self {
+            heartbeat: HEARTBEAT,
+            max_duration: MAX_DURATION,
+        }
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events/stream", tag = "events",
+    params(
+        ("address_id" = String, Path),
+        StreamParams,
+        ("Last-Event-ID" = Option<String>, Header,
+         description = "The sequence of the last event received: overrides `after`"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Server-Sent Events: each event as `id: {sequence}`, `event: {type}`, `data: {event JSON}`; a `: keep-alive` comment after 15 s without one; closed by the server after at most an hour", content_type = "text/event-stream"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 501, description = "This deployment cannot stream (the Lambda deployment): read `GET {root}/events` with `wait`", body = ErrorBody),
+    )
+)]
+pub async fn stream_events(
+    State(state): State<AppState>,
+    crate::extract::PathParams(address_id): crate::extract::PathParams<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let arrived = Instant::now();
+    let (Some(settings), Some(signal)) = (state.streams, state.store.feed_signal()) else {
+        return Err(ApiError::NotSupported(
+            "This deployment cannot stream events; read `GET {root}/events` with `wait` instead."
+                .into(),
+        ));
+    };
+    let now = state.clock.now();
+    let record = authenticate(&state, &headers, &address_id, now).await?;
+    let limits = &state.config.limits;
+    // One stream is one poll (docs/API.md §14), charged as `GET events` charges.
+    if let Some(retry_after) = state
+        .store
+        .hit_rate_limit(&format!("poll:{address_id}"), limits.polls_per_minute, now)
+        .await?
+    {
+        return Err(ApiError::RateLimited { retry_after });
+    }
+    let params: StreamParams = parse_fields(query_fields(uri.query())?)?;
+    let after = match last_event_id(&headers)? {
+        Some(id) => id,
+        None => params.after.unwrap_or(0),
+    };
+    // Subscribed before anything is read: every commit after this wakes the stream (the
+    // expiry just below included, so that the stream then learns the next request's expiry).
+    let wakeups = signal.subscribe(&address_id);
+    expire_due(&state, &record, now).await?;
+    let until = |t: Millis| Duration::from_millis(u64::try_from(t - now).unwrap_or(0));
+    let mut end = arrived + settings.max_duration;
+    if let Some(expires) = record.expires_at {
+        end = end.min(Instant::now() + until(expires));
+    }
+    let request_expiry = record.next_request_expiry.filter(|t| *t > now);
+    let mut feed = Feed {
+        expiry_check: request_expiry.map(|t| Instant::now() + until(t)),
+        request_expiry,
+        shutdown: state.shutdown.clone(),
+        state,
+        address_id,
+        cursor: after,
+        wakeups,
+        end,
+        pending: VecDeque::new(),
+        charge: None,
+        _open: crate::metrics::Open::new(crate::metrics::STREAMS_OPEN),
+    };
+    // Neither the request's headers nor its URI are held while the stream waits.
+    drop((headers, uri, record));
+    // The first page is read before answering, so that a store failure is a JSON error.
+    feed.read_page().await?;
+    let stream = futures::stream::unfold(feed, |mut feed| async move {
+        feed.next()
+            .await
+            .map(|event| (Ok::<_, Infallible>(event), feed))
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(
+            KeepAlive::new()
+                .interval(settings.heartbeat)
+                .text(HEARTBEAT_TEXT),
+        )
+        .into_response())
+}
+
+/// The `Last-Event-ID` header, when present: a sequence, as `after` is (400 otherwise).
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let mut values = headers.get_all("last-event-id").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::invalid("Send the Last-Event-ID header once."));
+    }
+    value
+        .to_str()
+        .ok()
+        .and_then(parse_count)
+        .map(Some)
+        .ok_or_else(|| ApiError::invalid("`Last-Event-ID` must be a non-negative integer."))
+}
+
+/// One open stream: what it holds while it waits.
+struct Feed {
+    state: AppState,
+    address_id: String,
+    /// The sequence of the last event queued: the next read is after it.
+    cursor: u64,
+    wakeups: watch::Receiver<u64>,
+    shutdown: watch::Receiver<bool>,
+    /// The stream's end: its longest duration, or the address's expiry if that comes first.
+    end: Instant,
+    /// The earliest expiry of an open request for a person (the service's clock), and when to
+    /// check it next (the monotonic clock).
+    request_expiry: Option<Millis>,
+    expiry_check: Option<Instant>,
+    /// The events of the last page, encoded, not yet sent.
+    pending: VecDeque<SseEvent>,
+    /// The page memory the pending events hold (`serve`'s page budget).
+    charge: Option<Charge>,
+    /// Counts the stream in `agentaddress_streams_open` while it lives.
+    _open: crate::metrics::Open,
+}
+
+/// Why a stream stops.
+enum Stop {
+    Done,
+}
+
+impl Feed {
+    fn stopping(&self) -> bool {
+        *self.shutdown.borrow() || Instant::now() >= self.end
+    }
+
+    /// The next event to send, or `None` when the stream is over.
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            // At shutdown the event being written is finished, and no other is started.
+            if self.stopping() {
+                return None;
+            }
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
+            }
+            self.charge = None;
+            match self.read_page().await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => {
+                    match e {
+                        ApiError::AddressGone | ApiError::Unauthorized => {
+                            tracing::debug!(address_id = %self.address_id, "stream ends: the address is gone");
+                        }
+                        other => {
+                            tracing::warn!(address_id = %self.address_id, error = %other, "stream ends: the feed could not be read");
+                        }
+                    }
+                    return None;
+                }
+            }
+            if self.wait().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Reads the page after the cursor into `pending`; `true` if it held an event.
+    async fn read_page(&mut self) -> Result<bool, ApiError> {
+        let charge = self
+            .state
+            .page_budget
+            .as_ref()
+            .map(|b| b.reserve(crate::handlers::PAGE_MAX_BYTES));
+        let page = self
+            .state
+            .store
+            .read_events(
+                &self.address_id,
+                self.cursor,
+                PAGE_EVENTS,
+                charge
+                    .as_ref()
+                    .map_or(crate::handlers::PAGE_MAX_BYTES, Charge::bytes),
+                self.state.clock.now(),
+            )
+            .await
+            .map_err(|e| match e {
+                StoreError::AddressNotFound => ApiError::AddressGone,
+                other => other.into(),
+            })?;
+        if page.events.is_empty() {
+            return Ok(false);
+        }
+        for event in &page.events {
+            self.pending.push_back(encode(event)?);
+            self.cursor = event.sequence;
+        }
+        self.charge = charge;
+        Ok(true)
+    }
+
+    /// Waits for a commit to the feed, a request's expiry, the stream's end or shutdown.
+    async fn wait(&mut self) -> Result<(), Stop> {
+        // A request for a person expiring: its event is appended (and wakes this stream). The
+        // service's clock decides; checked again shortly if it is behind the monotonic one.
+        if let (Some(expiry), Some(at)) = (self.request_expiry, self.expiry_check) {
+            if at <= Instant::now() {
+                let now = self.state.clock.now();
+                if now >= expiry {
+                    self.expiry_check = None;
+                    self.state
+                        .store
+                        .expire_requests(&self.address_id, &self.state.config.limits, now)
+                        .await
+                        .map_err(|_| Stop::Done)?;
+                    return self.refresh().await;
+                }
+                let left = Duration::from_millis(u64::try_from(expiry - now).unwrap_or(0));
+                self.expiry_check = Some(Instant::now() + left.min(EXPIRY_RECHECK));
+            }
+        }
+        let wake = self.expiry_check.map_or(self.end, |t| t.min(self.end));
+        tokio::select! {
+            changed = self.wakeups.changed() => {
+                changed.map_err(|_| Stop::Done)?;
+                self.refresh().await
+            }
+            _ = tokio::time::sleep_until(wake) => Ok(()),
+            changed = self.shutdown.changed() => changed.map_err(|_| Stop::Done),
+        }
+    }
+
+    /// After a wake-up: the address again. A deleted or expired one ends the stream; a request
+    /// for a person created since (its creation wakes the stream too) sets the next expiry.
+    async fn refresh(&mut self) -> Result<(), Stop> {
+        let now = self.state.clock.now();
+        let record = self
+            .state
+            .store
+            .get_address(&self.address_id, now)
+            .await
+            .map_err(|_| Stop::Done)?;
+        let Some(record) = record.filter(|r| !r.is_gone(now)) else {
+            tracing::debug!(address_id = %self.address_id, "stream ends: the address is gone");
+            return Err(Stop::Done);
+        };
+        self.request_expiry = record.next_request_expiry;
+        self.expiry_check = self
+            .request_expiry
+            .map(|t| Instant::now() + Duration::from_millis(u64::try_from(t - now).unwrap_or(0)));
+        Ok(())
+    }
+}
+
+/// One event as SSE: `id: {sequence}`, `event: {type}`, `data: {event JSON}` (compact JSON
+/// has no line break). A line break in the type (an inbox delivery's `type` may hold one)
+/// cannot be sent in the `event:` line: each CR or LF is sent there as U+FFFD; `data` keeps
+/// the exact type.
+fn encode(event: &Event) -> Result<SseEvent, ApiError> {
+    let view = EventView::from_event(event)?;
+    let json = serde_json::to_string(&view)
+        .map_err(|e| ApiError::Internal(format!("cannot encode an event: {e}")))?;
+    let name: String = event
+        .event_type
+        .chars()
+        .map(|c| {
+            if matches!(c, '\r' | '\n') {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect();
+    Ok(SseEvent::default()
+        .id(event.sequence.to_string())
+        .event(name)
+        .data(json))
+}
