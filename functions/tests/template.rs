@@ -184,3 +184,58 @@ fn cargo_lambda_router_matches_the_code() {
         );
     }
 }
+
+/// Every function is covered by an alarm on its throttles, and every dead-letter queue by an
+/// alarm on its depth, each notifying the stack's topic (README, "Metrics").
+#[test]
+fn every_function_and_dead_letter_queue_has_an_alarm() {
+    let t = template();
+    let resources = t["Resources"].as_mapping().expect("Resources");
+    let of_type = |kind: &str| -> Vec<(String, String)> {
+        resources
+            .iter()
+            .filter(|(_, r)| r["Type"].as_str() == Some(kind))
+            .map(|(name, r)| {
+                (
+                    s(name),
+                    serde_norway::to_string(&r["Properties"]).expect("serialize"),
+                )
+            })
+            .collect()
+    };
+    let alarms = of_type("AWS::CloudWatch::Alarm");
+    assert!(!alarms.is_empty(), "the template has alarms");
+    for (name, body) in &alarms {
+        assert!(
+            body.contains("AlarmActions") && body.contains("AlarmTopic"),
+            "{name} notifies the alarm topic"
+        );
+    }
+    let functions = of_type("AWS::Serverless::Function");
+    assert!(functions.len() >= 11);
+    for (function, _) in &functions {
+        let needle = format!("!Ref {function}\n");
+        assert!(
+            alarms
+                .iter()
+                .any(|(_, body)| body.contains("Throttles") && body.contains(&needle)),
+            "{function} has no throttle alarm"
+        );
+    }
+    let queues: Vec<String> = resources
+        .iter()
+        .filter(|(name, r)| {
+            r["Type"].as_str() == Some("AWS::SQS::Queue") && s(name).ends_with("DeadLetterQueue")
+        })
+        .map(|(name, _)| s(name))
+        .collect();
+    assert_eq!(queues.len(), 2, "{queues:?}");
+    for queue in &queues {
+        assert!(
+            alarms.iter().any(|(_, body)| body
+                .contains("ApproximateNumberOfMessagesVisible")
+                && body.contains(&format!("{queue}.QueueName"))),
+            "{queue} has no depth alarm"
+        );
+    }
+}
