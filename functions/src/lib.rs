@@ -18,6 +18,25 @@ use lambda_runtime::LambdaEvent;
 
 pub type Error = lambda_http::Error;
 
+/// The CloudWatch namespace of the functions' metrics.
+pub const METRICS_NAMESPACE: &str = "agentaddress";
+
+/// Installs the functions' metrics recorder (README, "Metrics"): the figures of
+/// `agentaddress_core::metrics` as CloudWatch Embedded Metric Format lines on stdout, in the
+/// namespace [`METRICS_NAMESPACE`] with the function's name as a dimension, flushed after each
+/// invocation (with its request id) by the runtime's layer.
+pub fn init_metrics() -> Result<&'static metrics_cloudwatch_embedded::Collector, Error> {
+    let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| "local".into());
+    let collector = metrics_cloudwatch_embedded::Builder::new()
+        .cloudwatch_namespace(METRICS_NAMESPACE)
+        .with_dimension("function", function)
+        .with_lambda_request_id("request_id")
+        .init()
+        .map_err(|e| format!("metrics: {e}"))?;
+    agentaddress_core::metrics::describe();
+    Ok(collector)
+}
+
 /// Logs as JSON lines (CloudWatch), filtered by `RUST_LOG` (default `info`), with the secrets
 /// caps of `agentaddress_api::telemetry`.
 pub fn init_tracing() {
@@ -88,7 +107,7 @@ async fn serve_http(
             req
         })
         .service(router);
-    lambda_http::run(app).await
+    metrics_cloudwatch_embedded::lambda::service::run_http(init_metrics()?, app).await
 }
 
 /// The state of every HTTP function: no event streams (API Gateway buffers a function's whole
@@ -110,12 +129,13 @@ pub async fn run_purge() -> Result<(), Error> {
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     // Purging an address removes its stored messages too.
     let store = Arc::new(store(&service, Some(MAIL)).await?);
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: LambdaEvent<SqsEvent>| {
+    metrics_cloudwatch_embedded::lambda::service::run(
+        init_metrics()?,
+        lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| {
             let store = Arc::clone(&store);
             async move { Ok::<_, Error>(purge_batch(&store, event.payload).await) }
-        },
-    ))
+        }),
+    )
     .await
 }
 
@@ -148,12 +168,13 @@ pub async fn run_email() -> Result<(), Error> {
         return Err("configuration: AGENTADDRESS_EMAIL_BUCKET is not set".into());
     }
     let config = Arc::new(ApiConfig::from(&service));
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: LambdaEvent<SqsEvent>| {
+    metrics_cloudwatch_embedded::lambda::service::run(
+        init_metrics()?,
+        lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| {
             let (store, config) = (Arc::clone(&store), Arc::clone(&config));
             async move { Ok::<_, Error>(email_batch(&store, &config, event.payload).await) }
-        },
-    ))
+        }),
+    )
     .await
 }
 

@@ -232,9 +232,10 @@ fn every_function_and_dead_letter_queue_has_an_alarm() {
     assert_eq!(queues.len(), 2, "{queues:?}");
     for queue in &queues {
         assert!(
-            alarms.iter().any(|(_, body)| body
-                .contains("ApproximateNumberOfMessagesVisible")
-                && body.contains(&format!("{queue}.QueueName"))),
+            alarms.iter().any(
+                |(_, body)| body.contains("ApproximateNumberOfMessagesVisible")
+                    && body.contains(&format!("{queue}.QueueName"))
+            ),
             "{queue} has no depth alarm"
         );
     }

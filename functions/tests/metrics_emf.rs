@@ -1,0 +1,72 @@
+//! The functions' metrics (README, "Metrics"): the figures `serve` exposes to Prometheus go out
+//! of a Lambda function as CloudWatch Embedded Metric Format lines — the API router's own
+//! request metric, recorded by a real request through the router the functions build.
+
+use std::sync::Arc;
+
+use agentaddress_api::config::ServiceConfig;
+use agentaddress_functions::{http_state, init_metrics, METRICS_NAMESPACE};
+use agentaddress_sqlite::SqliteStore;
+use serde_json::Value;
+use tower::ServiceExt;
+
+#[tokio::test]
+async fn a_request_through_a_function_router_is_an_emf_metric() {
+    let collector = init_metrics().unwrap_or_else(|e| panic!("init: {e}"));
+    let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("config: {e}"));
+    let store = Arc::new(SqliteStore::open_in_memory().unwrap_or_else(|e| panic!("store: {e}")));
+    let router = agentaddress_api::router_of(
+        &[&agentaddress_api::routes::groups::SERVICE],
+        http_state(store, &service),
+        None,
+        &[],
+    );
+    for _ in 0..3 {
+        let r = router
+            .clone()
+            .oneshot(
+                http::Request::get("/healthz")
+                    .body(axum::body::Body::empty())
+                    .unwrap_or_else(|e| panic!("request: {e}")),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("router: {e}"));
+        assert_eq!(r.status(), 200);
+    }
+    let mut out = Vec::new();
+    collector
+        .flush(&mut out)
+        .unwrap_or_else(|e| panic!("flush: {e}"));
+    let text = String::from_utf8_lossy(&out);
+    let docs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let requests = docs
+        .iter()
+        .find(|d| d["route"] == "/healthz" && d["status"] == "200")
+        .unwrap_or_else(|| panic!("no EMF document for the requests: {text}"));
+    let aws = &requests["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(aws["Namespace"], METRICS_NAMESPACE, "{requests}");
+    let names: Vec<&str> = aws["Metrics"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["Name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&agentaddress_core::metrics::HTTP_REQUESTS),
+        "{names:?}"
+    );
+    assert_eq!(
+        requests[agentaddress_core::metrics::HTTP_REQUESTS],
+        3,
+        "{requests}"
+    );
+    assert_eq!(
+        requests["function"], "local",
+        "the function dimension: {requests}"
+    );
+    let dims = aws["Dimensions"][0].as_array().cloned().unwrap_or_default();
+    assert!(dims.contains(&Value::from("function")), "{dims:?}");
+}
