@@ -16,3 +16,4 @@ mod requests;
 mod secrets;
 mod service;
 mod state;
+mod verification;

@@ -120,7 +120,8 @@ pub struct VerificationView {
 }
 
 impl VerificationConfig {
-    /// Validates a configuration. The messages name the rule broken, never the secret.
+    /// Validates a configuration. The messages name the rule broken (and the field, as in the
+    /// body of `PUT {root}/verification`), never the secret.
     pub fn new(
         scheme: &str,
         secret: &str,
@@ -128,15 +129,13 @@ impl VerificationConfig {
         tolerance_seconds: Option<u64>,
     ) -> Result<Self, Invalid> {
         let scheme = Scheme::parse(scheme).ok_or_else(|| {
-            Invalid::new(
-                "`verification.scheme` must be \"standard-webhooks\", \"stripe\" or \"github\".",
-            )
+            Invalid::new("`scheme` must be \"standard-webhooks\", \"stripe\" or \"github\".")
         })?;
         check_secret(scheme, secret)?;
         let tolerance_seconds = tolerance_seconds.unwrap_or(TOLERANCE_DEFAULT_SECONDS);
         if !(TOLERANCE_MIN_SECONDS..=TOLERANCE_MAX_SECONDS).contains(&tolerance_seconds) {
             return Err(Invalid::new(format!(
-                "`verification.tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
+                "`tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
             )));
         }
         Ok(Self {
@@ -152,33 +151,29 @@ impl VerificationConfig {
     /// (`null` for an optional field is absent; unknown fields are ignored).
     pub fn from_json(value: &Value) -> Result<Self, Invalid> {
         let Some(object) = value.as_object() else {
-            return Err(Invalid::new("`verification` must be a JSON object."));
+            return Err(Invalid::new("The verification must be a JSON object."));
         };
         let field = |name: &str| object.get(name).filter(|v| !v.is_null());
         let scheme = match field("scheme") {
             Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(Invalid::new("`verification.scheme` must be a string.")),
-            None => return Err(Invalid::new("`verification` must have a `scheme` field.")),
+            Some(_) => return Err(Invalid::new("`scheme` must be a string.")),
+            None => return Err(Invalid::new("The verification must have a `scheme` field.")),
         };
         let secret = match field("secret") {
             Some(Value::String(s)) => s.as_str(),
-            Some(_) => return Err(Invalid::new("`verification.secret` must be a string.")),
-            None => return Err(Invalid::new("`verification` must have a `secret` field.")),
+            Some(_) => return Err(Invalid::new("`secret` must be a string.")),
+            None => return Err(Invalid::new("The verification must have a `secret` field.")),
         };
         let reject = match field("reject_unverified") {
             Some(Value::Bool(b)) => Some(*b),
-            Some(_) => {
-                return Err(Invalid::new(
-                    "`verification.reject_unverified` must be true or false.",
-                ))
-            }
+            Some(_) => return Err(Invalid::new("`reject_unverified` must be true or false.")),
             None => None,
         };
         let tolerance = match field("tolerance_seconds") {
             None => None,
             Some(v) => Some(integral(v).ok_or_else(|| {
                 Invalid::new(format!(
-                    "`verification.tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
+                    "`tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
                 ))
             })?),
         };
@@ -225,7 +220,7 @@ fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
     match scheme {
         Scheme::StandardWebhooks => standard_key(secret).map(|_| ()).ok_or_else(|| {
             Invalid::new(format!(
-                "`verification.secret` for standard-webhooks must be `whsec_` followed by the base64 of {STANDARD_KEY_MIN_BYTES} to {STANDARD_KEY_MAX_BYTES} bytes."
+                "`secret` for standard-webhooks must be `whsec_` followed by the base64 of {STANDARD_KEY_MIN_BYTES} to {STANDARD_KEY_MAX_BYTES} bytes."
             ))
         }),
         Scheme::Stripe => {
@@ -237,7 +232,7 @@ fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
                 Ok(())
             } else {
                 Err(Invalid::new(format!(
-                    "`verification.secret` for stripe must be `whsec_` followed by {STRIPE_SUFFIX_MIN_CHARS} to {STRIPE_SUFFIX_MAX_CHARS} ASCII letters, digits and `_` (the endpoint's signing secret)."
+                    "`secret` for stripe must be `whsec_` followed by {STRIPE_SUFFIX_MIN_CHARS} to {STRIPE_SUFFIX_MAX_CHARS} ASCII letters, digits and `_` (the endpoint's signing secret)."
                 )))
             }
         }
@@ -247,7 +242,7 @@ fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
                 || secret.chars().any(char::is_control)
             {
                 Err(Invalid::new(format!(
-                    "`verification.secret` for github must be 1 to {GITHUB_SECRET_MAX_BYTES} bytes without control characters."
+                    "`secret` for github must be 1 to {GITHUB_SECRET_MAX_BYTES} bytes without control characters."
                 )))
             } else {
                 Ok(())
