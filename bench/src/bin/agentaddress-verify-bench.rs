@@ -1,6 +1,7 @@
 //! Deliveries per second with and without a webhook signing secret (docs/API.md §15), same
-//! server, same run: two addresses, one plain and one with a Standard Webhooks secret, each
-//! driven in turn (A, B, A, B, …) by `--concurrency` clients posting 1 KB JSON bodies — the
+//! server, same run: three addresses — plain, plain with an `Idempotency-Key` on each delivery,
+//! and one with a Standard Webhooks secret (its deliveries keyed by their `webhook-id`) — each
+//! driven in turn (A, B, C, A, B, C, …) by `--concurrency` clients posting 1 KB JSON bodies — the
 //! verified address's signed as a Standard Webhooks sender signs them (each with its own
 //! `webhook-id`, so none is a duplicate). Prints each round and the median of each.
 //!
@@ -41,6 +42,9 @@ struct Args {
 
 struct Target {
     inbox: String,
+    /// Sends an `Idempotency-Key` of its own (what a verified delivery gets from its
+    /// `webhook-id`), to tell the cost of verifying from the cost of an idempotency record.
+    keyed: bool,
     /// The Standard Webhooks key, when the address verifies.
     key: Option<Vec<u8>>,
 }
@@ -83,6 +87,10 @@ async fn round(
                 let mut req = http
                     .post(&target.inbox)
                     .header("content-type", "application/json");
+                if target.keyed {
+                    let id = format!("key_{}", ids.fetch_add(1, Ordering::Relaxed));
+                    req = req.header("idempotency-key", id);
+                }
                 if let Some(key) = &target.key {
                     let id = format!("msg_{}", ids.fetch_add(1, Ordering::Relaxed));
                     let t = SystemTime::now()
@@ -132,6 +140,12 @@ async fn main() -> Result<(), String> {
     let http = reqwest::Client::new();
     let plain = Arc::new(Target {
         inbox: create(&http, &args.url, json!({"name": "bench plain"})).await?,
+        keyed: false,
+        key: None,
+    });
+    let keyed = Arc::new(Target {
+        inbox: create(&http, &args.url, json!({"name": "bench keyed"})).await?,
+        keyed: true,
         key: None,
     });
     let verified = Arc::new(Target {
@@ -141,6 +155,7 @@ async fn main() -> Result<(), String> {
             json!({"name": "bench verified", "verification": {"scheme": "standard-webhooks", "secret": SECRET, "reject_unverified": true}}),
         )
         .await?,
+        keyed: false,
         key: Some(
             STANDARD
                 .decode(SECRET.trim_start_matches("whsec_"))
@@ -154,26 +169,26 @@ async fn main() -> Result<(), String> {
             .into_bytes(),
     );
     let ids = Arc::new(AtomicU64::new(0));
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..args.rounds {
-        let x = round(&http, &plain, &body, args.seconds, args.concurrency, &ids).await?;
-        let y = round(
-            &http,
-            &verified,
-            &body,
-            args.seconds,
-            args.concurrency,
-            &ids,
-        )
-        .await?;
-        println!("round {}: plain {x:.0}/s, verified {y:.0}/s", r + 1);
+        let (s, n) = (args.seconds, args.concurrency);
+        let x = round(&http, &plain, &body, s, n, &ids).await?;
+        let k = round(&http, &keyed, &body, s, n, &ids).await?;
+        let y = round(&http, &verified, &body, s, n, &ids).await?;
+        println!(
+            "round {}: plain {x:.0}/s, plain with Idempotency-Key {k:.0}/s, verified {y:.0}/s",
+            r + 1
+        );
         a.push(x);
         b.push(y);
+        c.push(k);
     }
-    let (x, y) = (median(a), median(b));
+    let (x, y, k) = (median(a), median(b), median(c));
     println!(
-        "summary: deliveries_per_s_plain={x:.0} deliveries_per_s_verified={y:.0} ratio={:.3}",
-        y / x
+        "summary: deliveries_per_s_plain={x:.0} deliveries_per_s_keyed={k:.0} \
+         deliveries_per_s_verified={y:.0} verified_vs_plain={:.3} verified_vs_keyed={:.3}",
+        y / x,
+        y / k
     );
     Ok(())
 }

@@ -170,6 +170,7 @@ async fn the_well_known_document_says_where_everything_is() {
         .collect();
     for f in [
         "webhooks",
+        "verified_webhooks",
         "long_polling",
         "state",
         "email",
