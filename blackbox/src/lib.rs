@@ -12,6 +12,7 @@ pub mod mcp;
 pub mod requests;
 pub mod scenarios;
 pub mod sse;
+pub mod verification;
 
 use std::time::Duration;
 

@@ -112,6 +112,12 @@ async fn service_routes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verified_webhooks() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::verification::verified_webhooks(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_answers_while_the_agent_waits() {
     let (c, _server) = target().await;
     agentaddress_blackbox::requests::a_person_answers_while_the_agent_waits(&c).await;

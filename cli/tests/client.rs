@@ -43,6 +43,65 @@ async fn agent_workflow() {
     workflow(&mut cli, "task-42").await;
 }
 
+/// `create --verify SCHEME --secret-file FILE` (docs/API.md §15): the secret is sent, shown
+/// nowhere (output, credentials file), and a bad one is the server's `invalid_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_with_a_signing_secret() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let secret = "gh-secret-7f3a9c0e5b1d2f4a6c8e";
+    let file = dir.path().join("secret");
+    std::fs::write(&file, format!("{secret}\n")).unwrap_or_else(|e| panic!("{e}"));
+    let path = file.to_string_lossy().into_owned();
+    let out = cli
+        .ok(&[
+            "create",
+            "hooks",
+            "--verify",
+            "github",
+            "--secret-file",
+            &path,
+            "--reject-unverified",
+            "--tolerance-seconds",
+            "60",
+        ])
+        .await;
+    assert_eq!(
+        out["verification"],
+        json!({"scheme": "github", "reject_unverified": true, "tolerance_seconds": 60})
+    );
+    assert!(!out.to_string().contains(secret));
+    let saved = std::fs::read_to_string(cli.file("hooks")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!saved.contains(secret), "{saved}");
+    // The trailing newline was not part of the secret: GitHub's signature of the body verifies.
+    let inbox = out["inbox_url"].as_str().unwrap_or_default().to_owned();
+    let body = b"{\"ok\": true}".to_vec();
+    let headers = agentaddress_blackbox::verification::github_headers(secret, "d-1", &body);
+    let mut req = reqwest::Client::new().post(&inbox).body(body);
+    for (k, v) in &headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let r = req.send().await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.status().as_u16(), 202);
+    // A Stripe secret must start with whsec_: refused by the server, without echoing it.
+    let out = cli
+        .run(&[
+            "create",
+            "stripe",
+            "--verify",
+            "stripe",
+            "--secret-file",
+            &path,
+        ])
+        .await;
+    let error = check_failure(&out, 2, "invalid_request");
+    assert!(!error.to_string().contains(secret), "{error}");
+    // --verify needs --secret-file (the argument parser's usage error).
+    let out = cli.run(&["create", "t9", "--verify", "github"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_refuses_an_existing_task_unless_forced() {
     let s = server().await;

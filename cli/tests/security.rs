@@ -2,7 +2,8 @@
 //! - one address's read token opens nothing of another address (every bearer route), and
 //!   leaves it unchanged; another address's event ids are unknown events;
 //! - the inbox secret is not a read token, and the read token is not an inbox secret;
-//! - secrets never reach the logs, at the most verbose level, in text and JSON;
+//! - secrets never reach the logs, at the most verbose level, in text and JSON (webhook signing
+//!   secrets included, which no answer shows either);
 //! - secrets are compared as fixed-length SHA-256 digests in constant time;
 //! - the creation and poll rate limits hold exactly under a concurrent burst.
 
@@ -563,6 +564,10 @@ async fn logs_carry_no_secret(format: &str) {
     assert_eq!(answered.status(), 303, "the answer");
     secrets.push(page_secret.to_owned());
     secrets.push(b.token.clone());
+    // Verified webhooks (docs/API.md §15): the signing secrets, set at creation and by PUT,
+    // with signed, unsigned and refused deliveries; no answer shows them (checked by the
+    // scenario) and neither may the logs.
+    secrets.extend(agentaddress_blackbox::verification::verified_webhooks(&c).await);
     let stdout = server.stop().await;
     let logs = format!("{}{stdout}", read(&log_path));
 

@@ -44,6 +44,11 @@ async fn concurrent_cas_increments() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn verified_webhooks() {
+    agentaddress_blackbox::verification::verified_webhooks(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn service_routes() {
     let c = client();
     scenarios::service_routes(&c).await;

@@ -109,7 +109,8 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         | ErrorCode::UnsupportedMediaType
         | ErrorCode::IdempotencyKeyReused
         | ErrorCode::Internal
-        | ErrorCode::NotSupported => exit::OTHER,
+        | ErrorCode::NotSupported
+        | ErrorCode::SignatureInvalid => exit::OTHER,
     }
 }
 

@@ -109,8 +109,46 @@ pub struct CreateArgs {
     /// Replace the saved credentials of TASK if it has some (its old address is not deleted).
     #[arg(long)]
     force: bool,
+    /// Verify webhook signatures with this scheme (docs/API.md §15); needs --secret-file.
+    #[arg(long, value_name = "SCHEME", requires = "secret_file",
+          value_parser = ["standard-webhooks", "stripe", "github"])]
+    verify: Option<String>,
+    /// The file holding the provider's signing secret (one trailing newline is ignored; `-` is
+    /// stdin). The secret is sent once and never printed.
+    #[arg(long, value_name = "FILE", requires = "verify")]
+    secret_file: Option<PathBuf>,
+    /// Refuse deliveries that do not verify (401 signature_invalid) instead of recording them.
+    #[arg(long, requires = "verify")]
+    reject_unverified: bool,
+    /// How far a signed timestamp may be from the server's clock (1..3600; default 300).
+    #[arg(long, value_name = "SECONDS", requires = "verify",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    tolerance_seconds: Option<u64>,
     #[command(flatten)]
     server: ServerArg,
+}
+
+/// The signing secret in `file` (`-`: stdin), without one trailing newline.
+fn read_secret_file(file: &Path) -> Result<String> {
+    let bytes = if file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| CliError::new("usage", format!("cannot read stdin: {e}")))?;
+        buf
+    } else {
+        std::fs::read(file)
+            .map_err(|e| CliError::new("usage", format!("cannot read {}: {e}", file.display())))?
+    };
+    let mut text = String::from_utf8(bytes)
+        .map_err(|_| CliError::new("usage", "the secret file must be UTF-8 text"))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
 }
 
 #[derive(Debug, clap::Args)]
@@ -345,6 +383,16 @@ async fn create(args: CreateArgs, secret: &mut Option<String>) -> Result<Value> 
     if let Some(s) = args.expires_in {
         body.insert("expires_in_seconds".into(), s.into());
     }
+    if let (Some(scheme), Some(file)) = (&args.verify, &args.secret_file) {
+        let mut verification = Map::new();
+        verification.insert("scheme".into(), Value::String(scheme.clone()));
+        verification.insert("secret".into(), Value::String(read_secret_file(file)?));
+        verification.insert("reject_unverified".into(), args.reject_unverified.into());
+        if let Some(t) = args.tolerance_seconds {
+            verification.insert("tolerance_seconds".into(), t.into());
+        }
+        body.insert("verification".into(), Value::Object(verification));
+    }
     let answer = api
         .call(
             Method::POST,
@@ -375,7 +423,12 @@ async fn create(args: CreateArgs, secret: &mut Option<String>) -> Result<Value> 
     };
     let path = creds::save(&dir, &saved, mode)
         .map_err(|e| e.with("address_id", Value::String(saved.address_id.clone())))?;
-    Ok(handoff_json(&saved, &path))
+    let mut out = handoff_json(&saved, &path);
+    // The public view of the signing secret (docs/API.md §15), when one was set.
+    if let (Some(v), Some(o)) = (answer["address"].get("verification"), out.as_object_mut()) {
+        o.insert("verification".into(), v.clone());
+    }
+    Ok(out)
 }
 
 async fn poll(args: PollArgs, secret: &mut Option<String>) -> Result<Value> {

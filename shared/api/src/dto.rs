@@ -7,6 +7,7 @@ use utoipa::ToSchema;
 use super::error::ApiError;
 use crate::domain::envelope;
 use crate::domain::time::format_rfc3339;
+use crate::domain::verification::{VerificationConfig, VerificationView};
 use crate::domain::Limits;
 use crate::store::{AddressRecord, Event, EventRef, StateEntry, Usage};
 
@@ -39,6 +40,9 @@ pub struct AddressView {
     pub created_at: String,
     /// `null` when the address never expires.
     pub expires_at: Option<String>,
+    /// Present when the address holds a signing secret (docs/API.md §15); never the secret.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationView>,
 }
 
 impl From<&AddressRecord> for AddressView {
@@ -50,6 +54,7 @@ impl From<&AddressRecord> for AddressView {
             email: a.email.clone(),
             created_at: format_rfc3339(a.created_at),
             expires_at: a.expires_at.map(format_rfc3339),
+            verification: a.verification.as_ref().map(VerificationConfig::view),
         }
     }
 }
@@ -118,6 +123,12 @@ impl From<EventRef> for EventRefView {
     }
 }
 
+/// `200` of `PUT {root}/verification` (docs/API.md §15): never the secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VerificationResult {
+    pub verification: VerificationView,
+}
+
 /// `202` (first delivery) or `200` (duplicate) of an inbox delivery.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryResult {
@@ -145,10 +156,56 @@ pub struct EventView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub http: Option<Box<RawValue>>,
+    /// Present on `http` events of an address holding a signing secret (docs/API.md §15):
+    /// `{"scheme", "verified", "reason"?}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub verification: Option<Box<RawValue>>,
+}
+
+/// The member of the stored `http` record (the store's `http` text) that holds the delivery's
+/// verification: stored with the event in the record it belongs to, so both stores keep it
+/// without a column of their own, and shown beside `http` by [`EventView`].
+const VERIFICATION_MEMBER: &str = "verification";
+
+/// The stored `http` record of a delivery with its verification (docs/API.md §15).
+pub fn http_record_with_verification(
+    http: &str,
+    verification: serde_json::Value,
+) -> Result<String, ApiError> {
+    let mut record: serde_json::Map<String, serde_json::Value> = serde_json::from_str(http)
+        .map_err(|e| ApiError::Internal(format!("http record does not parse: {e}")))?;
+    record.insert(VERIFICATION_MEMBER.into(), verification);
+    Ok(serde_json::Value::Object(record).to_string())
+}
+
+/// A stored `http` record split into what the event shows as `http` and as `verification`.
+fn split_http(text: &str) -> Result<(Box<RawValue>, Option<Box<RawValue>>), ApiError> {
+    // Only a verified address's events carry the member: the others are shown as stored.
+    if !text.contains("\"verification\"") {
+        return Ok((raw(text)?, None));
+    }
+    let mut record: serde_json::Map<String, serde_json::Value> = serde_json::from_str(text)
+        .map_err(|e| ApiError::Internal(format!("http record does not parse: {e}")))?;
+    let verification = match record.remove(VERIFICATION_MEMBER) {
+        Some(v) => Some(raw(&v.to_string())?),
+        None => None,
+    };
+    Ok((
+        raw(&serde_json::Value::Object(record).to_string())?,
+        verification,
+    ))
 }
 
 impl EventView {
     pub fn from_event(e: &Event) -> Result<Self, ApiError> {
+        let (http, verification) = match &e.http {
+            Some(h) => {
+                let (http, verification) = split_http(h)?;
+                (Some(http), verification)
+            }
+            None => (None, None),
+        };
         Ok(Self {
             id: e.id.clone(),
             sequence: e.sequence,
@@ -158,10 +215,8 @@ impl EventView {
             received_at: format_rfc3339(e.received_at),
             acknowledged_at: e.acknowledged_at.map(format_rfc3339),
             data: readable_data(&e.data)?,
-            http: match &e.http {
-                Some(h) => Some(raw(h)?),
-                None => None,
-            },
+            http,
+            verification,
         })
     }
 }

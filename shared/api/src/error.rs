@@ -34,11 +34,13 @@ pub enum ErrorCode {
     AttachmentUnavailable,
     /// docs/API.md §12: the request was answered already, or has expired.
     RequestClosed,
+    /// docs/API.md §15: a delivery to an address that refuses unverified ones did not verify.
+    SignatureInvalid,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -57,6 +59,7 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::AttachmentUnavailable,
         ErrorCode::RequestClosed,
+        ErrorCode::SignatureInvalid,
     ];
 
     /// The code on the wire (`error.code`).
@@ -80,6 +83,7 @@ impl ErrorCode {
             Self::Unavailable => "unavailable",
             Self::AttachmentUnavailable => "attachment_unavailable",
             Self::RequestClosed => "request_closed",
+            Self::SignatureInvalid => "signature_invalid",
         }
     }
 
@@ -92,7 +96,7 @@ impl ErrorCode {
     pub const fn status(self) -> StatusCode {
         match self {
             Self::InvalidRequest => StatusCode::BAD_REQUEST,
-            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Unauthorized | Self::SignatureInvalid => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -150,6 +154,9 @@ impl ErrorCode {
             }
             Self::RequestClosed => {
                 "This request was already answered or has expired; the answer stays as it was."
+            }
+            Self::SignatureInvalid => {
+                "The delivery's webhook signature did not verify; nothing was recorded."
             }
         }
     }
@@ -210,6 +217,10 @@ pub enum ApiError {
     Internal(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// docs/API.md §15: `reason` is `missing_signature`, `bad_signature` or
+    /// `timestamp_out_of_tolerance`.
+    #[error("signature invalid: {reason}")]
+    SignatureInvalid { reason: &'static str },
 }
 
 impl ApiError {
@@ -243,6 +254,7 @@ impl ApiError {
             Self::RateLimited { .. } => ErrorCode::RateLimited,
             Self::Internal(_) => ErrorCode::Internal,
             Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::SignatureInvalid { .. } => ErrorCode::SignatureInvalid,
         }
     }
 
@@ -326,6 +338,9 @@ impl IntoResponse for ApiError {
             }
             Self::RateLimited { retry_after } => {
                 error.insert("retry_after_seconds".into(), json!(retry_after));
+            }
+            Self::SignatureInvalid { reason } => {
+                error.insert("reason".into(), json!(reason));
             }
             _ => {}
         }

@@ -17,6 +17,7 @@ use super::{json_response, ApiError, AppState};
 use crate::domain::envelope;
 use crate::domain::state::{entry_size, validate_key};
 use crate::domain::time::format_rfc3339;
+use crate::domain::verification::{self, VerificationConfig};
 use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
 
@@ -83,6 +84,7 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
         name,
         task_id,
         expires_in_seconds: expires_in,
+        verification,
     } = request;
 
     let read_token = ids::new_read_token();
@@ -101,6 +103,7 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
             expires_at: expires_in.map(|s| now + s as i64 * 1000),
             token_hash: ids::hash_secret(&read_token),
             inbox_hash: ids::hash_secret(&inbox_secret),
+            verification: verification.clone(),
         };
         match state.store.create_address(new.clone()).await {
             Ok(()) => break new,
@@ -121,6 +124,7 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
         email: new.email,
         created_at: format_rfc3339(now),
         expires_at: new.expires_at.map(format_rfc3339),
+        verification: new.verification.as_ref().map(VerificationConfig::view),
     };
     tracing::info!(address_id = %id, "address created");
     Ok(json_response(
@@ -198,6 +202,7 @@ pub async fn delete_address(
         (status = 200, description = "Duplicate of an earlier delivery", body = DeliveryResult),
         (status = 400, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 401, description = "The address refuses unverified deliveries and this one did not verify (docs/API.md §15)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody),
     )
 )]
@@ -231,6 +236,33 @@ pub async fn deliver(
         "inbox body",
     )
     .await?;
+    // Verified webhooks (docs/API.md §15): on the exact bytes received, before anything else
+    // reads them.
+    let checked = record.verification.as_ref().map(|config| {
+        let pairs: Vec<(&str, &[u8])> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes()))
+            .collect();
+        (
+            config.reject_unverified,
+            verification::verify(config, &pairs, &bytes, now),
+        )
+    });
+    if let Some((true, v)) = &checked {
+        if let Some(reason) = v.reason {
+            tracing::info!(%address_id, reason = reason.as_str(), "unverified delivery refused");
+            return Err(ApiError::SignatureInvalid {
+                reason: reason.as_str(),
+            });
+        }
+    }
+    // A verified delivery without its own key is keyed by the provider's delivery id, so a
+    // provider's redelivery is a duplicate.
+    let claim_key = match (claim_key, &checked) {
+        (Some(k), _) => Some(k),
+        (None, Some((_, v))) => v.delivery_id.clone().map(String::into_bytes),
+        (None, None) => None,
+    };
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
@@ -252,12 +284,16 @@ pub async fn deliver(
         key_hash: ids::sha256_hex(&k),
         body_hash: ids::sha256_hex(&bytes),
     });
+    let http = match &checked {
+        Some((_, v)) => http_record_with_verification(&env.http, v.to_json())?,
+        None => env.http,
+    };
     let event = NewEvent {
         event_type: env.event_type,
         source: env.source,
         ingress: Ingress::Http,
         data: env.data,
-        http: Some(env.http),
+        http: Some(http),
     };
     // A request for a person that expired before this delivery gets its event first.
     expire_due(&state, &record, now).await?;
@@ -281,6 +317,65 @@ pub async fn deliver(
             event: appended.event.into(),
         },
     ))
+}
+
+/// The largest `PUT {root}/verification` body read.
+const VERIFICATION_BODY_LIMIT: u64 = 16 * 1024;
+
+#[utoipa::path(
+    put, path = "/api/v1/addresses/{address_id}/verification", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    request_body(content = VerificationRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Set; the next delivery is verified with it (the secret is never shown)", body = VerificationResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody),
+    )
+)]
+pub async fn set_verification(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    let bytes = read_body(&headers, body, VERIFICATION_BODY_LIMIT, "request body").await?;
+    require_json_content_type(&headers)?;
+    let config = VerificationRequest::parse(&bytes)?;
+    let view = config.view();
+    state
+        .store
+        .set_verification(&address_id, Some(config), now)
+        .await?;
+    tracing::info!(%address_id, scheme = view.scheme.as_str(), "verification set");
+    Ok(json_response(
+        StatusCode::OK,
+        &VerificationResult { verification: view },
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/addresses/{address_id}/verification", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Removed (also when none was set): deliveries are no longer verified"),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn delete_verification(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    state.store.set_verification(&address_id, None, now).await?;
+    tracing::info!(%address_id, "verification removed");
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[utoipa::path(

@@ -109,6 +109,16 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
         ("inspect_address", &[Unauthorized, AddressGone]),
         ("delete_address", &[Unauthorized, AddressGone]),
         (
+            "set_verification",
+            &[
+                Unauthorized,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+            ],
+        ),
+        ("delete_verification", &[Unauthorized, AddressGone]),
+        (
             "deliver",
             &[
                 NotFound,
@@ -116,6 +126,7 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 AddressGone,
                 PayloadTooLarge,
                 IdempotencyKeyReused,
+                SignatureInvalid,
             ],
         ),
         ("list_events", &[Unauthorized, AddressGone, RateLimited]),
@@ -446,7 +457,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 29);
+        assert_eq!(operations, 31);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -25,6 +25,9 @@ use crate::domain::request::{
     REQUEST_EXPIRES_MAX_SECONDS, REQUEST_EXPIRES_MIN_SECONDS, TITLE_MAX_CHARS,
 };
 use crate::domain::state::validate_value;
+use crate::domain::verification::{
+    VerificationConfig, TOLERANCE_DEFAULT_SECONDS, TOLERANCE_MAX_SECONDS, TOLERANCE_MIN_SECONDS,
+};
 
 /// `name` and `task_id`: 1 to 200 characters (docs/API.md §1).
 pub const LABEL_MAX_CHARS: usize = 200;
@@ -143,9 +146,36 @@ pub struct CreateAddressRequest {
     #[serde(default, deserialize_with = "expires_in")]
     #[schema(schema_with = expires_in_schema)]
     pub expires_in_seconds: Option<u64>,
+    /// A signing secret for verified webhooks (docs/API.md §15).
+    #[serde(default, deserialize_with = "verification")]
+    #[schema(schema_with = create_verification_schema)]
+    pub verification: Option<VerificationConfig>,
 }
 
 impl Fields for CreateAddressRequest {}
+
+/// Body of `PUT {root}/verification` (docs/API.md §15), and the create body's `verification`:
+/// `{"scheme", "secret", "reject_unverified"?, "tolerance_seconds"?}`. Parsed by
+/// [`VerificationConfig::from_json`] (the one rule, in core); its `Debug` never shows the
+/// secret.
+#[derive(Debug)]
+pub struct VerificationRequest(pub VerificationConfig);
+
+impl VerificationRequest {
+    /// Parses a `PUT {root}/verification` body (a JSON object).
+    pub fn parse(body: &[u8]) -> Result<VerificationConfig, ApiError> {
+        let object = super::extract::json_object(body)?;
+        VerificationConfig::from_json(&Value::Object(object)).map_err(|e| ApiError::invalid(e.0))
+    }
+}
+
+impl utoipa::PartialSchema for VerificationRequest {
+    fn schema() -> RefOr<Schema> {
+        RefOr::T(Schema::Object(verification_object(false)))
+    }
+}
+
+impl ToSchema for VerificationRequest {}
 
 /// Body of `PUT {state_url}/{key}`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -313,6 +343,17 @@ fn body_integer<'de, D: Deserializer<'de>>(
 
 fn expires_in<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     body_integer(d, EXPIRES_IN_MIN_SECONDS, EXPIRES_IN_MAX_SECONDS)
+}
+
+/// The create body's `verification` (docs/API.md §15): `null` is absent; any refusal names
+/// the rule, never the secret.
+fn verification<'de, D: Deserializer<'de>>(d: D) -> Result<Option<VerificationConfig>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        v => VerificationConfig::from_json(&v)
+            .map(Some)
+            .map_err(|e| invalid(format!("`{FIELD}`: {e}"))),
+    }
 }
 
 fn revision<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -588,6 +629,62 @@ fn label_schema(description: &str) -> Object {
         .max_length(Some(LABEL_MAX_CHARS))
         .description(Some(description))
         .build()
+}
+
+/// The verification object's schema; `nullable` for the create body's optional field.
+fn verification_object(nullable: bool) -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::Object, nullable))
+        .property(
+            "scheme",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::String))
+                .enum_values(Some(["standard-webhooks", "stripe", "github"]))
+                .description(Some("The provider's signing convention.")),
+        )
+        .required("scheme")
+        .property(
+            "secret",
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::String))
+                .min_length(Some(1))
+                .max_length(Some(1024))
+                .description(Some(
+                    "The signing secret: standard-webhooks `whsec_` + base64 of 24-64 bytes; \
+                     stripe `whsec_` + 8-250 letters, digits or `_`; github any 1-1024 bytes \
+                     without control characters. Never returned.",
+                )),
+        )
+        .required("secret")
+        .property(
+            "reject_unverified",
+            ObjectBuilder::new()
+                .schema_type(typed(Type::Boolean, true))
+                .description(Some(
+                    "Refuse an unverified delivery with 401 `signature_invalid` (default false: \
+                     record it, marked unverified).",
+                )),
+        )
+        .property(
+            "tolerance_seconds",
+            integer(
+                true,
+                TOLERANCE_MIN_SECONDS,
+                TOLERANCE_MAX_SECONDS,
+                &format!(
+                    "How far a signed timestamp may be from the server's clock; default \
+                     {TOLERANCE_DEFAULT_SECONDS} (github signs no timestamp)."
+                ),
+            ),
+        )
+        .description(Some(
+            "A signing secret to verify the inbox's webhook deliveries with (docs/API.md §15).",
+        ))
+        .build()
+}
+
+fn create_verification_schema() -> Object {
+    verification_object(true)
 }
 
 fn name_schema() -> Object {

@@ -22,7 +22,7 @@ use crate::{ApiError, AppState, McpRoute, MCP_PATH};
 pub enum RouteGroup {
     /// `POST /api/v1/addresses`
     CreateAddress,
-    /// `GET`, `DELETE {root}`
+    /// `GET`, `DELETE {root}`, `PUT`, `DELETE {root}/verification`
     Address,
     /// `POST {inbox_url}`
     Inbox,
@@ -301,7 +301,7 @@ macro_rules! route_table {
 
 route_table! {
     CreateAddress CREATE_ADDRESS "create-address" [create_address]
-    Address ADDRESS "address" [inspect_address, delete_address]
+    Address ADDRESS "address" [inspect_address, delete_address, set_verification, delete_verification]
     Inbox INBOX "inbox" [deliver]
     Events EVENTS "events" [list_events, stream_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]

@@ -9,6 +9,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::capacity::Tally;
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
 use crate::retry::{resend_on_conflict, uuid_like};
@@ -43,6 +44,9 @@ impl DynamoStore {
         item.insert("seq".into(), n(0));
         item.insert("state_keys".into(), n(0));
         item.insert("state_bytes".into(), n(0));
+        if let Some(v) = &a.verification {
+            item.insert("verification".into(), s(v.to_stored()));
+        }
         let email_key = ids::email_key(&a.email);
         let mut key_item = key(email_pk(&email_key), EMAIL_SK.into());
         key_item.insert("address_id".into(), s(&a.id));
@@ -177,6 +181,56 @@ impl DynamoStore {
             return Ok(None);
         }
         record_from(&item).map(Some)
+    }
+
+    /// `Store::set_verification` (the trait impl in lib.rs delegates here): one `UpdateItem` of
+    /// META's `verification` attribute, conditioned on the address being live (safe to repeat:
+    /// it sets the same value).
+    pub(crate) async fn set_verification_impl(
+        &self,
+        id: &str,
+        verification: Option<VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let stored = verification.as_ref().map(VerificationConfig::to_stored);
+        let result = resend_on_conflict(|| {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk(id), "META".into())))
+                .condition_expression(
+                    "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND \
+                     (attribute_not_exists(expires_at) OR expires_at > :now)",
+                )
+                .expression_attribute_values(":now", n(now))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            let update = match &stored {
+                Some(v) => update
+                    .update_expression("SET verification = :v")
+                    .expression_attribute_values(":v", s(v)),
+                None => update.update_expression("REMOVE verification"),
+            };
+            update.send()
+        })
+        .await
+        .tally(&self.metrics);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => match c.item() {
+                        Some(_) => Err(StoreError::AddressGone),
+                        None => Err(StoreError::AddressNotFound),
+                    },
+                    _ => Err(sdk_err("UpdateItem verification", e)),
+                }
+            }
+        }
     }
 
     /// `Store::usage` (the trait impl in lib.rs delegates here).

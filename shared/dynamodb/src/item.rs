@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Millis};
 use crate::store::{AddressRecord, Event, StoreError, StoreResult};
 use crate::Item;
@@ -129,6 +130,12 @@ pub(crate) fn record_from(item: &Item) -> StoreResult<AddressRecord> {
         state_keys: get_u(item, "state_keys"),
         state_bytes: get_u(item, "state_bytes"),
         next_request_expiry: get_i(item, "next_request_expiry"),
+        verification: match get_s(item, "verification") {
+            None => None,
+            Some(stored) => Some(VerificationConfig::from_stored(&stored).ok_or_else(|| {
+                StoreError::Internal("META with an unreadable verification".into())
+            })?),
+        },
     })
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | item | pk | sk |
 //! |---|---|---|
-//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, qrev, ttl) |
+//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, verification, qrev, ttl) |
 //! | state key | `A#{id}` | `S#{key}` |
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
@@ -287,6 +287,15 @@ impl Store for DynamoStore {
 
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {
         self.usage_impl(id, limits, now).await
+    }
+
+    async fn set_verification(
+        &self,
+        id: &str,
+        verification: Option<domain::verification::VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.set_verification_impl(id, verification, now).await
     }
 
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {

@@ -198,6 +198,7 @@ fn new_address() -> NewAddress {
         expires_at: None,
         token_hash: ids::hash_secret(&ids::new_read_token()),
         inbox_hash: ids::hash_secret(&ids::new_inbox_secret()),
+        verification: None,
     }
 }
 

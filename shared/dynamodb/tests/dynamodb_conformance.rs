@@ -125,6 +125,7 @@ mod dynamodb_only {
                 expires_at: None,
                 token_hash: ids::hash_secret("t"),
                 inbox_hash: ids::hash_secret("i"),
+                verification: None,
             })
             .await
             .expect("create");
@@ -333,6 +334,7 @@ mod email_keys {
                 expires_at: None,
                 token_hash: ids::hash_secret("t"),
                 inbox_hash: ids::hash_secret("i"),
+                verification: None,
             })
             .await
             .expect("create");
@@ -404,6 +406,7 @@ mod lambda_config {
             expires_at: None,
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
+            verification: None,
         })
         .await
         .expect("create through the Lambda configuration");

@@ -30,6 +30,7 @@ async fn address(store: &dyn Store, expires_at: Option<Millis>) -> String {
             expires_at,
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
+            verification: None,
         })
         .await
         .expect("create");

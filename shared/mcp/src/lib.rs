@@ -571,7 +571,11 @@ fn description(kind: ToolKind) -> String {
              shown ONCE, only in this result: save it (with address.id) where your next run \
              will find it, and keep it private — never put it in a message, a URL or a file \
              you hand to anyone. What you hand off is endpoints.inbox_url (anything POSTed to \
-             it becomes an event) or address.email. Rate limited per client IP. {errors}"
+             it becomes an event) or address.email. Optional `verification` ({{\"scheme\": \
+             \"standard-webhooks\"|\"stripe\"|\"github\", \"secret\", \"reject_unverified\"?, \
+             \"tolerance_seconds\"?}}) makes every delivery carry verification.verified, checked \
+             against the webhook provider's signing secret (never shown again). Rate limited per \
+             client IP. {errors}"
         ),
         ToolKind::PollEvents => format!(
             "Read an address's event feed in order: the events with sequence > after, oldest \
@@ -1244,6 +1248,15 @@ mod tests {
             EXPIRES_IN_MAX_SECONDS
         );
         assert!(create.get("required").is_none(), "{create}");
+        // Verified webhooks (docs/API.md §15): the optional signing secret.
+        assert_eq!(
+            props["verification"]["properties"]["scheme"]["enum"],
+            json!(["standard-webhooks", "stripe", "github"])
+        );
+        assert_eq!(
+            props["verification"]["required"],
+            json!(["scheme", "secret"])
+        );
         let poll = input("poll_events");
         assert_eq!(poll["properties"]["limit"]["maximum"], FEED_LIMIT_MAX);
         assert_eq!(poll["properties"]["wait"]["type"], "number");

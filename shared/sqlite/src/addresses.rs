@@ -3,6 +3,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Limits, Millis};
 use crate::purge::purge_data;
 use crate::rows::*;
@@ -18,8 +19,8 @@ impl SqliteStore {
                     // Either unique key taken (the id, or the email key of an id differing
                     // only by case) inserts nothing: `AddressExists`.
                     "INSERT INTO addresses (id, name, task_id, email, email_key, created_at, \
-                     expires_at, token_hash, inbox_hash) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO NOTHING",
+                     expires_at, token_hash, inbox_hash, verification) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
                 )
                 .map_err(sql_err)?
                 .execute(params![
@@ -31,7 +32,8 @@ impl SqliteStore {
                     a.created_at,
                     a.expires_at,
                     a.token_hash,
-                    a.inbox_hash
+                    a.inbox_hash,
+                    a.verification.as_ref().map(VerificationConfig::to_stored)
                 ])
                 .map_err(sql_err)?;
             if n == 0 {
@@ -69,6 +71,27 @@ impl SqliteStore {
             .query_row([email_key], address_row)
             .optional()
             .map_err(sql_err)
+        })
+        .await
+    }
+
+    /// `Store::set_verification` (the trait impl in lib.rs delegates here): one UPDATE of the
+    /// live address's row.
+    pub(crate) async fn set_verification_impl(
+        &self,
+        id: &str,
+        verification: Option<VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let id = id.to_owned();
+        let stored = verification.as_ref().map(VerificationConfig::to_stored);
+        self.write(move |conn| {
+            live_address(conn, &id, now)?;
+            conn.prepare_cached("UPDATE addresses SET verification = ?2 WHERE id = ?1")
+                .map_err(sql_err)?
+                .execute(params![id, stored])
+                .map_err(sql_err)?;
+            Ok(())
         })
         .await
     }

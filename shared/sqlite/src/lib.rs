@@ -179,6 +179,15 @@ impl Store for SqliteStore {
         self.usage_impl(id, limits, now).await
     }
 
+    async fn set_verification(
+        &self,
+        id: &str,
+        verification: Option<domain::verification::VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.set_verification_impl(id, verification, now).await
+    }
+
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
         self.delete_address_impl(id, now).await
     }

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Millis};
 use crate::store::{AddressRecord, Event, StoreError, StoreResult};
 
@@ -30,7 +31,8 @@ pub(crate) fn i(v: u64) -> i64 {
 
 pub(crate) const ADDRESS_COLUMNS: &str =
     "id, name, task_id, email, created_at, expires_at, deleted_at, \
-     token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry";
+     token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry, \
+     verification";
 
 pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressRecord> {
     Ok(AddressRecord {
@@ -47,6 +49,16 @@ pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressReco
         state_keys: u(r.get(10)?),
         state_bytes: u(r.get(11)?),
         next_request_expiry: r.get(12)?,
+        verification: match r.get::<_, Option<String>>(13)? {
+            None => None,
+            Some(stored) => Some(VerificationConfig::from_stored(&stored).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    13,
+                    rusqlite::types::Type::Text,
+                    "unreadable verification".into(),
+                )
+            })?),
+        },
     })
 }
 

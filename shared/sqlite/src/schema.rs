@@ -111,6 +111,11 @@ CREATE INDEX requests_open ON requests(address_id, status, expires_at);
 CREATE UNIQUE INDEX requests_by_key ON requests(address_id, key_hash) WHERE key_hash IS NOT NULL;
 CREATE INDEX requests_done ON requests(expires_at);
 "#,
+    // 5: an address's signing secret for verified webhooks (docs/API.md §15): the
+    // configuration as JSON, secret included (`VerificationConfig::to_stored`).
+    r#"
+ALTER TABLE addresses ADD COLUMN verification TEXT;
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -40,6 +40,7 @@ const INBOX_CSS: &str = include_str!("assets/inbox.css");
 /// The features this build serves, as `/.well-known/agentaddress.json` lists them.
 pub const FEATURES: &[&str] = &[
     "webhooks",
+    "verified_webhooks",
     "long_polling",
     "acks",
     "state",

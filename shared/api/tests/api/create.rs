@@ -323,6 +323,14 @@ impl Store for CollidingStore {
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {
         self.inner.usage(id, limits, now).await
     }
+    async fn set_verification(
+        &self,
+        id: &str,
+        verification: Option<agentaddress_api::domain::verification::VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.inner.set_verification(id, verification, now).await
+    }
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
         self.inner.delete_address(id, now).await
     }

@@ -17,3 +17,4 @@ mod secrets;
 mod service;
 mod state;
 mod stream;
+mod verification;

@@ -120,7 +120,7 @@ async fn llms_full_is_skill_md_then_every_operation_of_openapi() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 29);
+    assert_eq!(operations, 31);
     for schema in doc.json["components"]["schemas"]
         .as_object()
         .expect("schemas")
@@ -171,6 +171,7 @@ async fn the_well_known_document_says_where_everything_is() {
     for f in [
         "event_stream",
         "webhooks",
+        "verified_webhooks",
         "long_polling",
         "state",
         "email",

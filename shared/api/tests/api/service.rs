@@ -28,6 +28,10 @@ async fn openapi_describes_every_route() {
         ("/api/v1/addresses", &["post"]),
         ("/api/v1/addresses/{address_id}", &["get", "delete"]),
         ("/api/v1/inbox/{address_id}/{inbox_secret}", &["post"]),
+        (
+            "/api/v1/addresses/{address_id}/verification",
+            &["put", "delete"],
+        ),
         ("/api/v1/addresses/{address_id}/events", &["get"]),
         ("/api/v1/addresses/{address_id}/events/stream", &["get"]),
         ("/api/v1/addresses/{address_id}/events/{event_id}", &["get"]),

@@ -8,6 +8,7 @@ pub mod limits;
 pub mod request;
 pub mod state;
 pub mod time;
+pub mod verification;
 
 pub use limits::Limits;
 pub use time::{Clock, ManualClock, Millis, SystemClock};

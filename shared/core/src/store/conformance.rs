@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::{AddressRecord, EventRef, IdempotencyClaim, NewAddress, NewEvent, Store, StoreError};
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Ingress, Limits, Millis};
 
 /// A fixed start time for every case: 2027-01-15T08:00:00Z.
@@ -33,7 +34,7 @@ macro_rules! store_conformance_tests {
             rate_limit_windows, concurrent_appends_are_gapless, concurrent_cas_has_one_winner,
             feed_signal_wakes_on_commit, failed_operations_leave_no_trace, big_events_round_trip,
             address_is_found_by_email_in_any_case, email_keys_are_unique,
-            tombstones_are_found_by_email_until_forgotten
+            tombstones_are_found_by_email_until_forgotten, verification_is_stored_rotated_and_removed
         );
     };
 }
@@ -69,6 +70,7 @@ pub async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> Addre
         expires_at,
         token_hash: ids::hash_secret("token"),
         inbox_hash: ids::hash_secret("inbox"),
+        verification: None,
     };
     store.create_address(a).await.expect("create address");
     store
@@ -128,6 +130,7 @@ pub async fn create_and_get_address(store: &dyn Store) {
         expires_at: None,
         token_hash: ids::hash_secret("other"),
         inbox_hash: ids::hash_secret("other"),
+        verification: None,
     };
     assert_eq!(
         store.create_address(again).await,
@@ -972,6 +975,7 @@ pub async fn email_keys_are_unique(store: &dyn Store) {
         expires_at: None,
         token_hash: ids::hash_secret("other token"),
         inbox_hash: ids::hash_secret("other inbox"),
+        verification: None,
     };
     assert_eq!(
         store.create_address(clash).await,
@@ -1036,4 +1040,95 @@ pub async fn tombstones_are_found_by_email_until_forgotten(store: &dyn Store) {
         );
         assert_eq!(store.get_address(&a.id, later).await.expect("get"), None);
     }
+}
+
+async fn verification_of(store: &dyn Store, id: &str) -> Option<VerificationConfig> {
+    store
+        .get_address(id, T0)
+        .await
+        .expect("get")
+        .expect("exists")
+        .verification
+}
+
+/// docs/API.md §15: an address's signing secret is stored with it (at creation, or set later),
+/// read back whole (the secret included: it must be usable), replaced at once, removed, kept
+/// through appends and state writes, and only a live address's can be set.
+pub async fn verification_is_stored_rotated_and_removed(store: &dyn Store) {
+    let first = VerificationConfig::new(
+        "standard-webhooks",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        Some(true),
+        Some(60),
+    )
+    .expect("valid");
+    let id = ids::new_address_id();
+    store
+        .create_address(NewAddress {
+            id: id.clone(),
+            name: None,
+            task_id: None,
+            email: format!("{id}@inbox.test"),
+            created_at: T0,
+            expires_at: Some(T0 + DAY),
+            token_hash: ids::hash_secret("token"),
+            inbox_hash: ids::hash_secret("inbox"),
+            verification: Some(first.clone()),
+        })
+        .await
+        .expect("create");
+    assert_eq!(verification_of(store, &id).await, Some(first.clone()));
+    append(store, &id, 1, T0).await;
+    store
+        .put_state(&id, "k", "1".into(), None, &limits(), T0)
+        .await
+        .expect("put state");
+    assert_eq!(verification_of(store, &id).await, Some(first));
+
+    let rotated =
+        VerificationConfig::new("stripe", "whsec_abcdefgh12345678", None, None).expect("valid");
+    store
+        .set_verification(&id, Some(rotated.clone()), T0)
+        .await
+        .expect("rotate");
+    assert_eq!(verification_of(store, &id).await, Some(rotated.clone()));
+    // Setting it again is the same.
+    store
+        .set_verification(&id, Some(rotated.clone()), T0)
+        .await
+        .expect("again");
+    assert_eq!(verification_of(store, &id).await, Some(rotated.clone()));
+    store.set_verification(&id, None, T0).await.expect("remove");
+    assert_eq!(verification_of(store, &id).await, None);
+    // An address created without one, set later.
+    let plain = new_address(store, None).await;
+    assert_eq!(plain.verification, None);
+    store
+        .set_verification(&plain.id, Some(rotated.clone()), T0)
+        .await
+        .expect("set");
+    assert_eq!(
+        verification_of(store, &plain.id).await,
+        Some(rotated.clone())
+    );
+
+    assert_eq!(
+        store
+            .set_verification("addr_unknown", Some(rotated.clone()), T0)
+            .await,
+        Err(StoreError::AddressNotFound)
+    );
+    // Expired (at T0 + DAY), then deleted: gone, and nothing changes.
+    assert_eq!(
+        store
+            .set_verification(&id, Some(rotated.clone()), T0 + DAY)
+            .await,
+        Err(StoreError::AddressGone)
+    );
+    assert_eq!(verification_of(store, &id).await, None);
+    store.delete_address(&plain.id, T0).await.expect("delete");
+    assert_eq!(
+        store.set_verification(&plain.id, None, T0).await,
+        Err(StoreError::AddressGone)
+    );
 }

@@ -17,6 +17,7 @@ mod signal;
 use async_trait::async_trait;
 
 use crate::domain::request::{self, CommentMode, RequestStatus};
+use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
 pub use signal::FeedSignal;
 
@@ -69,6 +70,8 @@ pub struct NewAddress {
     pub expires_at: Option<Millis>,
     pub token_hash: String,
     pub inbox_hash: String,
+    /// The signing secret its deliveries are verified with (docs/API.md §15), if any.
+    pub verification: Option<VerificationConfig>,
 }
 
 /// An address as stored, tombstones included.
@@ -90,6 +93,9 @@ pub struct AddressRecord {
     /// at or after it first appends the due `request.expired` events
     /// ([`Store::expire_requests`]).
     pub next_request_expiry: Option<Millis>,
+    /// The signing secret its deliveries are verified with (docs/API.md §15), if any. Its
+    /// secret is stored as given (it must be usable) and never shown ([`VerificationConfig`]).
+    pub verification: Option<VerificationConfig>,
 }
 
 impl AddressRecord {
@@ -368,6 +374,15 @@ pub trait Store: Send + Sync + 'static {
         email: &str,
         now: Millis,
     ) -> StoreResult<Option<AddressRecord>>;
+
+    /// Sets (`Some`) or removes (`None`) the live address's verification (docs/API.md §15),
+    /// replacing any earlier one: the next delivery is verified with it.
+    async fn set_verification(
+        &self,
+        id: &str,
+        verification: Option<VerificationConfig>,
+        now: Millis,
+    ) -> StoreResult<()>;
 
     /// Usage figures of a live address.
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage>;

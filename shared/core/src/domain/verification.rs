@@ -1,0 +1,803 @@
+//! Verified webhooks (docs/API.md §15): an address may hold one signing secret of a webhook
+//! provider's scheme, and every delivery to its inbox is checked against it on the exact bytes
+//! received. Pure code: parsing and validating the configuration, and [`verify`].
+//!
+//! Every parser here is bounded (header length, number of signatures), every comparison of a
+//! signature is constant-time (`hmac`'s `verify_slice`), and the secret is never shown: its
+//! `Debug` is redacted and no message of this module includes it.
+
+use std::fmt;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::Sha256;
+
+use super::{Invalid, Millis};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// `tolerance_seconds` by default: 5 minutes, as the providers' own libraries use.
+pub const TOLERANCE_DEFAULT_SECONDS: u64 = 300;
+/// `tolerance_seconds`: at least 1 second.
+pub const TOLERANCE_MIN_SECONDS: u64 = 1;
+/// `tolerance_seconds`: at most an hour.
+pub const TOLERANCE_MAX_SECONDS: u64 = 3600;
+/// A Standard Webhooks secret: `whsec_` and the base64 of 24 to 64 bytes (the spec's range).
+pub const STANDARD_KEY_MIN_BYTES: usize = 24;
+pub const STANDARD_KEY_MAX_BYTES: usize = 64;
+/// A Stripe secret: `whsec_` and 8 to 250 ASCII letters, digits and `_`.
+pub const STRIPE_SUFFIX_MIN_CHARS: usize = 8;
+pub const STRIPE_SUFFIX_MAX_CHARS: usize = 250;
+/// A GitHub secret: 1 to 1024 bytes of UTF-8 without control characters.
+pub const GITHUB_SECRET_MAX_BYTES: usize = 1024;
+/// The longest signature header read (the signature, timestamp and id headers alike); a longer
+/// one is a `bad_signature`.
+pub const MAX_HEADER_BYTES: usize = 4096;
+/// The most signatures one header may carry (Standard Webhooks' space-separated `v1,…`,
+/// Stripe's `v1=…` entries); more is a `bad_signature`.
+pub const MAX_SIGNATURES: usize = 16;
+
+/// The webhook provider conventions the service verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// <https://www.standardwebhooks.com/>: `webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature: v1,<base64>` over `{id}.{timestamp}.{body}`.
+    StandardWebhooks,
+    /// `Stripe-Signature: t=<unix>,v1=<hex>` over `{t}.{body}`.
+    Stripe,
+    /// `X-Hub-Signature-256: sha256=<hex>` over the body.
+    Github,
+}
+
+impl Scheme {
+    pub const ALL: [Scheme; 3] = [Scheme::StandardWebhooks, Scheme::Stripe, Scheme::Github];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::StandardWebhooks => "standard-webhooks",
+            Scheme::Stripe => "stripe",
+            Scheme::Github => "github",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+
+    /// Whether the scheme signs a timestamp (so `tolerance_seconds` applies): GitHub does not.
+    pub fn has_timestamp(self) -> bool {
+        !matches!(self, Scheme::Github)
+    }
+}
+
+impl Serialize for Scheme {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A signing secret as given (it must be usable, so it is stored as is). Its `Debug` never
+/// shows it, and it is not `Serialize`: only [`VerificationConfig::to_stored`] writes it, for
+/// the store.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SigningSecret(String);
+
+impl SigningSecret {
+    /// The secret, for the store and for computing signatures.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SigningSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SigningSecret(<redacted>)")
+    }
+}
+
+/// An address's verification: one secret of one scheme.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerificationConfig {
+    pub scheme: Scheme,
+    pub secret: SigningSecret,
+    /// Refuse an unverified delivery (401 `signature_invalid`) instead of recording it.
+    pub reject_unverified: bool,
+    pub tolerance_seconds: u64,
+}
+
+/// The public view of a [`VerificationConfig`] (`GET {root}`): everything but the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct VerificationView {
+    /// `standard-webhooks`, `stripe` or `github`.
+    #[schema(value_type = String, example = "standard-webhooks")]
+    pub scheme: Scheme,
+    pub reject_unverified: bool,
+    /// How far a signed timestamp may be from the server's clock (not used by `github`).
+    pub tolerance_seconds: u64,
+}
+
+impl VerificationConfig {
+    /// Validates a configuration. The messages name the rule broken (and the field, as in the
+    /// body of `PUT {root}/verification`), never the secret.
+    pub fn new(
+        scheme: &str,
+        secret: &str,
+        reject_unverified: Option<bool>,
+        tolerance_seconds: Option<u64>,
+    ) -> Result<Self, Invalid> {
+        let scheme = Scheme::parse(scheme).ok_or_else(|| {
+            Invalid::new("`scheme` must be \"standard-webhooks\", \"stripe\" or \"github\".")
+        })?;
+        check_secret(scheme, secret)?;
+        let tolerance_seconds = tolerance_seconds.unwrap_or(TOLERANCE_DEFAULT_SECONDS);
+        if !(TOLERANCE_MIN_SECONDS..=TOLERANCE_MAX_SECONDS).contains(&tolerance_seconds) {
+            return Err(Invalid::new(format!(
+                "`tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
+            )));
+        }
+        Ok(Self {
+            scheme,
+            secret: SigningSecret(secret.to_owned()),
+            reject_unverified: reject_unverified.unwrap_or(false),
+            tolerance_seconds,
+        })
+    }
+
+    /// Parses the JSON object of the create body's `verification` and of `PUT
+    /// {root}/verification`: `{"scheme", "secret", "reject_unverified"?, "tolerance_seconds"?}`
+    /// (`null` for an optional field is absent; unknown fields are ignored).
+    pub fn from_json(value: &Value) -> Result<Self, Invalid> {
+        let Some(object) = value.as_object() else {
+            return Err(Invalid::new("The verification must be a JSON object."));
+        };
+        let field = |name: &str| object.get(name).filter(|v| !v.is_null());
+        let scheme = match field("scheme") {
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(Invalid::new("`scheme` must be a string.")),
+            None => return Err(Invalid::new("The verification must have a `scheme` field.")),
+        };
+        let secret = match field("secret") {
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => return Err(Invalid::new("`secret` must be a string.")),
+            None => return Err(Invalid::new("The verification must have a `secret` field.")),
+        };
+        let reject = match field("reject_unverified") {
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => return Err(Invalid::new("`reject_unverified` must be true or false.")),
+            None => None,
+        };
+        let tolerance = match field("tolerance_seconds") {
+            None => None,
+            Some(v) => Some(integral(v).ok_or_else(|| {
+                Invalid::new(format!(
+                    "`tolerance_seconds` must be an integer from {TOLERANCE_MIN_SECONDS} to {TOLERANCE_MAX_SECONDS}."
+                ))
+            })?),
+        };
+        Self::new(scheme, secret, reject, tolerance)
+    }
+
+    pub fn view(&self) -> VerificationView {
+        VerificationView {
+            scheme: self.scheme,
+            reject_unverified: self.reject_unverified,
+            tolerance_seconds: self.tolerance_seconds,
+        }
+    }
+
+    /// The stored form (secret included): compact JSON, the same in both stores.
+    pub fn to_stored(&self) -> String {
+        json!({
+            "scheme": self.scheme.as_str(),
+            "secret": self.secret.expose(),
+            "reject_unverified": self.reject_unverified,
+            "tolerance_seconds": self.tolerance_seconds,
+        })
+        .to_string()
+    }
+
+    /// Reads [`VerificationConfig::to_stored`]'s form back (`None` when it does not parse: a
+    /// corrupted record, which the stores report as an internal error).
+    pub fn from_stored(stored: &str) -> Option<Self> {
+        let value: Value = serde_json::from_str(stored).ok()?;
+        Self::from_json(&value).ok()
+    }
+}
+
+/// A JSON number with an integral, non-negative value (`300` and `300.0` alike, docs/API.md §1).
+fn integral(v: &Value) -> Option<u64> {
+    if let Some(n) = v.as_u64() {
+        return Some(n);
+    }
+    let f = v.as_f64()?;
+    (f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&f)).then_some(f as u64)
+}
+
+fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
+    match scheme {
+        Scheme::StandardWebhooks => standard_key(secret).map(|_| ()).ok_or_else(|| {
+            Invalid::new(format!(
+                "`secret` for standard-webhooks must be `whsec_` followed by the base64 of {STANDARD_KEY_MIN_BYTES} to {STANDARD_KEY_MAX_BYTES} bytes."
+            ))
+        }),
+        Scheme::Stripe => {
+            let ok = secret.strip_prefix("whsec_").is_some_and(|rest| {
+                (STRIPE_SUFFIX_MIN_CHARS..=STRIPE_SUFFIX_MAX_CHARS).contains(&rest.len())
+                    && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
+            if ok {
+                Ok(())
+            } else {
+                Err(Invalid::new(format!(
+                    "`secret` for stripe must be `whsec_` followed by {STRIPE_SUFFIX_MIN_CHARS} to {STRIPE_SUFFIX_MAX_CHARS} ASCII letters, digits and `_` (the endpoint's signing secret)."
+                )))
+            }
+        }
+        Scheme::Github => {
+            if secret.is_empty()
+                || secret.len() > GITHUB_SECRET_MAX_BYTES
+                || secret.chars().any(char::is_control)
+            {
+                Err(Invalid::new(format!(
+                    "`secret` for github must be 1 to {GITHUB_SECRET_MAX_BYTES} bytes without control characters."
+                )))
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The HMAC key of a Standard Webhooks secret: the base64 after `whsec_`.
+fn standard_key(secret: &str) -> Option<Vec<u8>> {
+    let encoded = secret.strip_prefix("whsec_")?;
+    if encoded.len() > 4 * STANDARD_KEY_MAX_BYTES {
+        return None;
+    }
+    let key = STANDARD.decode(encoded).ok()?;
+    (STANDARD_KEY_MIN_BYTES..=STANDARD_KEY_MAX_BYTES)
+        .contains(&key.len())
+        .then_some(key)
+}
+
+/// Why a delivery did not verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// A header the scheme needs is absent.
+    MissingSignature,
+    /// The signature does not match, or a header is malformed, repeated or too long.
+    BadSignature,
+    /// The signature matches, but its timestamp is further than `tolerance_seconds` from now.
+    TimestampOutOfTolerance,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::MissingSignature => "missing_signature",
+            Reason::BadSignature => "bad_signature",
+            Reason::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
+        }
+    }
+}
+
+/// The outcome of [`verify`]: what the event records, and the provider's delivery id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verification {
+    pub scheme: Scheme,
+    /// `None` when verified.
+    pub reason: Option<Reason>,
+    /// The provider's delivery id (`webhook-id`, `X-GitHub-Delivery`, the Stripe event's `id`)
+    /// when the delivery verified and it has one that is a valid idempotency key (1 to 255
+    /// printable ASCII characters): its implicit `Idempotency-Key`.
+    pub delivery_id: Option<String>,
+}
+
+impl Verification {
+    pub fn verified(&self) -> bool {
+        self.reason.is_none()
+    }
+
+    /// The event's `verification` record: `{"scheme", "verified", "reason"?}`.
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({"scheme": self.scheme.as_str(), "verified": self.verified()});
+        if let (Some(reason), Some(o)) = (self.reason, v.as_object_mut()) {
+            o.insert("reason".into(), Value::String(reason.as_str().into()));
+        }
+        v
+    }
+}
+
+/// The value of header `name` (lower case) among `headers`: `Err(Missing)` when absent,
+/// `Err(Bad)` when repeated, too long or not visible ASCII and spaces.
+fn one_header<'a>(headers: &[(&str, &'a [u8])], name: &str) -> Result<&'a str, Reason> {
+    let mut found = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| *v);
+    let value = found.next().ok_or(Reason::MissingSignature)?;
+    if found.next().is_some() || value.len() > MAX_HEADER_BYTES {
+        return Err(Reason::BadSignature);
+    }
+    if !value.iter().all(|b| (0x20..=0x7e).contains(b)) {
+        return Err(Reason::BadSignature);
+    }
+    std::str::from_utf8(value)
+        .map(str::trim)
+        .map_err(|_| Reason::BadSignature)
+}
+
+/// A valid idempotency key (the rule of `Idempotency-Key`, docs/API.md §3).
+fn as_key(s: &str) -> Option<String> {
+    (!s.is_empty() && s.len() <= 255 && s.bytes().all(|b| (0x20..=0x7e).contains(&b)))
+        .then(|| s.to_owned())
+}
+
+fn unix_seconds(s: &str) -> Result<i64, Reason> {
+    if s.is_empty() || s.len() > 18 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Reason::BadSignature);
+    }
+    s.parse().map_err(|_| Reason::BadSignature)
+}
+
+fn within(timestamp: i64, tolerance: u64, now: Millis) -> bool {
+    let now_s = now.div_euclid(1000);
+    now_s.abs_diff(timestamp) <= tolerance
+}
+
+fn mac(key: &[u8]) -> HmacSha256 {
+    // HMAC takes a key of any length: `new_from_slice` cannot fail for it.
+    match HmacSha256::new_from_slice(key) {
+        Ok(m) => m,
+        Err(_) => unreachable!("HMAC accepts keys of any length"),
+    }
+}
+
+/// Verifies a delivery of `body` (the exact bytes received) with `headers` (name, value as
+/// received) against `config`, at `now`.
+pub fn verify(
+    config: &VerificationConfig,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    now: Millis,
+) -> Verification {
+    let result = match config.scheme {
+        Scheme::StandardWebhooks => verify_standard(config, headers, body, now),
+        Scheme::Stripe => verify_stripe(config, headers, body, now),
+        Scheme::Github => verify_github(config, headers, body),
+    };
+    match result {
+        Ok(delivery_id) => Verification {
+            scheme: config.scheme,
+            reason: None,
+            delivery_id,
+        },
+        Err(reason) => Verification {
+            scheme: config.scheme,
+            reason: Some(reason),
+            delivery_id: None,
+        },
+    }
+}
+
+type Checked = Result<Option<String>, Reason>;
+
+fn verify_standard(
+    config: &VerificationConfig,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    now: Millis,
+) -> Checked {
+    let id = one_header(headers, "webhook-id")?;
+    let timestamp = one_header(headers, "webhook-timestamp")?;
+    let signatures = one_header(headers, "webhook-signature")?;
+    let t = unix_seconds(timestamp)?;
+    let key = standard_key(config.secret.expose()).ok_or(Reason::BadSignature)?;
+    let mut base = mac(&key);
+    base.update(id.as_bytes());
+    base.update(b".");
+    base.update(timestamp.as_bytes());
+    base.update(b".");
+    base.update(body);
+    let entries: Vec<&str> = signatures.split(' ').filter(|s| !s.is_empty()).collect();
+    if entries.len() > MAX_SIGNATURES {
+        return Err(Reason::BadSignature);
+    }
+    // Any `v1,` signature that matches verifies; other versions (`v1a,` asymmetric) are not ours.
+    let matched = entries
+        .iter()
+        .filter_map(|e| e.strip_prefix("v1,"))
+        .filter_map(|b64| STANDARD.decode(b64).ok())
+        .any(|sig| base.clone().verify_slice(&sig).is_ok());
+    if !matched {
+        return Err(Reason::BadSignature);
+    }
+    if !within(t, config.tolerance_seconds, now) {
+        return Err(Reason::TimestampOutOfTolerance);
+    }
+    Ok(as_key(id))
+}
+
+fn verify_stripe(
+    config: &VerificationConfig,
+    headers: &[(&str, &[u8])],
+    body: &[u8],
+    now: Millis,
+) -> Checked {
+    let header = one_header(headers, "stripe-signature")?;
+    let mut timestamp = None;
+    let mut signatures = Vec::new();
+    for item in header.split(',') {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(Reason::BadSignature);
+        };
+        match k.trim() {
+            "t" if timestamp.is_none() => timestamp = Some(v.trim()),
+            "t" => return Err(Reason::BadSignature),
+            "v1" => {
+                signatures.push(v.trim());
+                if signatures.len() > MAX_SIGNATURES {
+                    return Err(Reason::BadSignature);
+                }
+            }
+            // `v0` (test mode's old scheme) and anything Stripe adds later.
+            _ => {}
+        }
+    }
+    let timestamp = timestamp.ok_or(Reason::BadSignature)?;
+    let t = unix_seconds(timestamp)?;
+    if signatures.is_empty() {
+        return Err(Reason::BadSignature);
+    }
+    let mut base = mac(config.secret.expose().as_bytes());
+    base.update(timestamp.as_bytes());
+    base.update(b".");
+    base.update(body);
+    let matched = signatures
+        .iter()
+        .filter_map(|h| hex::decode(h).ok())
+        .any(|sig| base.clone().verify_slice(&sig).is_ok());
+    if !matched {
+        return Err(Reason::BadSignature);
+    }
+    if !within(t, config.tolerance_seconds, now) {
+        return Err(Reason::TimestampOutOfTolerance);
+    }
+    // The delivery id is the event's `id`: Stripe sends the same event again with the same id.
+    let id = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("id").and_then(Value::as_str).and_then(as_key));
+    Ok(id)
+}
+
+fn verify_github(config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8]) -> Checked {
+    let header = one_header(headers, "x-hub-signature-256")?;
+    let sig = header
+        .strip_prefix("sha256=")
+        .and_then(|h| hex::decode(h).ok())
+        .ok_or(Reason::BadSignature)?;
+    let mut m = mac(config.secret.expose().as_bytes());
+    m.update(body);
+    m.verify_slice(&sig).map_err(|_| Reason::BadSignature)?;
+    // `X-GitHub-Delivery` is not signed, but is trusted only once the body verified.
+    let id = match one_header(headers, "x-github-delivery") {
+        Ok(id) => as_key(id),
+        Err(_) => None,
+    };
+    Ok(id)
+}
+
+/// Signs like the providers do, for tests and tools: the header(s) a provider would send for
+/// `body` at `timestamp` (Unix seconds) with `id` as its delivery id.
+pub fn sign(
+    config: &VerificationConfig,
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
+    let secret = config.secret.expose();
+    match config.scheme {
+        Scheme::StandardWebhooks => {
+            let key = standard_key(secret).unwrap_or_default();
+            let mut m = mac(&key);
+            m.update(format!("{id}.{timestamp}.").as_bytes());
+            m.update(body);
+            let sig = STANDARD.encode(m.finalize().into_bytes());
+            vec![
+                ("webhook-id", id.to_owned()),
+                ("webhook-timestamp", timestamp.to_string()),
+                ("webhook-signature", format!("v1,{sig}")),
+            ]
+        }
+        Scheme::Stripe => {
+            let mut m = mac(secret.as_bytes());
+            m.update(format!("{timestamp}.").as_bytes());
+            m.update(body);
+            let sig = hex::encode(m.finalize().into_bytes());
+            vec![("stripe-signature", format!("t={timestamp},v1={sig}"))]
+        }
+        Scheme::Github => {
+            let mut m = mac(secret.as_bytes());
+            m.update(body);
+            let sig = hex::encode(m.finalize().into_bytes());
+            vec![
+                ("x-hub-signature-256", format!("sha256={sig}")),
+                ("x-github-delivery", id.to_owned()),
+            ]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const STD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const GH_SECRET: &str = "It's a Secret to Everybody";
+    const STRIPE_SECRET: &str = "whsec_test_secret";
+
+    fn config(scheme: &str, secret: &str) -> VerificationConfig {
+        VerificationConfig::new(scheme, secret, None, None).expect("valid config")
+    }
+
+    fn hs<'a>(pairs: &'a [(&'a str, &'a str)]) -> Vec<(&'a str, &'a [u8])> {
+        pairs.iter().map(|(k, v)| (*k, v.as_bytes())).collect()
+    }
+
+    #[test]
+    fn standard_webhooks_spec_vector_verifies() {
+        // The example of the Standard Webhooks specification.
+        let c = config("standard-webhooks", STD_SECRET);
+        let body = br#"{"test": 2432232314}"#;
+        let headers = [
+            ("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek"),
+            ("webhook-timestamp", "1614265330"),
+            (
+                "webhook-signature",
+                "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+            ),
+        ];
+        let v = verify(&c, &hs(&headers), body, 1_614_265_330_000);
+        assert_eq!(v.reason, None);
+        assert_eq!(
+            v.delivery_id.as_deref(),
+            Some("msg_p5jXN8AQM9LWM0D4loKWxJek")
+        );
+        // Our signer agrees with the vector.
+        let signed = sign(&c, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1_614_265_330, body);
+        assert_eq!(
+            signed[2].1,
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
+        // Any of several space-separated signatures verifies.
+        let several = [
+            headers[0],
+            headers[1],
+            (
+                "webhook-signature",
+                "v1a,xyz v1,AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+            ),
+        ];
+        assert!(verify(&c, &hs(&several), body, 1_614_265_330_000).verified());
+        // 301 s later, outside the default tolerance.
+        let late = verify(&c, &hs(&headers), body, 1_614_265_631_000);
+        assert_eq!(late.reason, Some(Reason::TimestampOutOfTolerance));
+        assert_eq!(late.delivery_id, None);
+        // A different body.
+        let other = verify(
+            &c,
+            &hs(&headers),
+            br#"{"test": 2432232315}"#,
+            1_614_265_330_000,
+        );
+        assert_eq!(other.reason, Some(Reason::BadSignature));
+    }
+
+    #[test]
+    fn github_docs_vector_verifies() {
+        // The example of GitHub's "Validating webhook deliveries".
+        let c = config("github", GH_SECRET);
+        let headers = [
+            (
+                "X-Hub-Signature-256",
+                "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+            ),
+            ("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+        ];
+        let v = verify(&c, &hs(&headers), b"Hello, World!", 0);
+        assert_eq!(v.reason, None);
+        assert_eq!(
+            v.delivery_id.as_deref(),
+            Some("72d3162e-cc78-11e3-81ab-4c9367dc0958")
+        );
+        assert_eq!(
+            verify(&c, &hs(&headers), b"Hello, World?", 0).reason,
+            Some(Reason::BadSignature)
+        );
+        // No timestamp: any clock verifies.
+        assert!(verify(&c, &hs(&headers), b"Hello, World!", i64::MAX / 2).verified());
+    }
+
+    #[test]
+    fn stripe_vector_verifies() {
+        // Computed independently with Python's hmac module:
+        // hmac.new(b"whsec_test_secret", b"1492774577." + body, hashlib.sha256).hexdigest()
+        let c = config("stripe", STRIPE_SECRET);
+        let body = br#"{"id": "evt_test_webhook", "object": "event"}"#;
+        let sig = "c137b1b62277d523cf8fed4dfbd0170a9a5b8a380e00cc3711d4bf0652f2ce7a";
+        let header = format!("t=1492774577,v1={sig},v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39");
+        let headers = [("Stripe-Signature", header.as_str())];
+        let v = verify(&c, &hs(&headers), body, 1_492_774_577_000);
+        assert_eq!(v.reason, None);
+        assert_eq!(v.delivery_id.as_deref(), Some("evt_test_webhook"));
+        let signed = sign(&c, "", 1_492_774_577, body);
+        assert_eq!(signed[0].1, format!("t=1492774577,v1={sig}"));
+        // Several v1 entries: any match verifies.
+        let two = format!("t=1492774577,v1={},v1={sig}", "00".repeat(32));
+        assert!(verify(
+            &c,
+            &hs(&[("stripe-signature", two.as_str())]),
+            body,
+            1_492_774_577_000
+        )
+        .verified());
+    }
+
+    #[test]
+    fn reasons_for_missing_repeated_malformed_and_oversized_headers() {
+        let gh = config("github", GH_SECRET);
+        let good = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
+        let body = b"Hello, World!";
+        let r = |h: &[(&str, &[u8])]| verify(&gh, h, body, 0).reason;
+        assert_eq!(r(&[]), Some(Reason::MissingSignature));
+        assert_eq!(
+            r(&[
+                ("x-hub-signature-256", good.as_bytes()),
+                ("x-hub-signature-256", good.as_bytes())
+            ]),
+            Some(Reason::BadSignature)
+        );
+        assert_eq!(
+            r(&[("x-hub-signature-256", b"sha1=abc")]),
+            Some(Reason::BadSignature)
+        );
+        assert_eq!(
+            r(&[("x-hub-signature-256", b"sha256=zz")]),
+            Some(Reason::BadSignature)
+        );
+        assert_eq!(
+            r(&[("x-hub-signature-256", &[0xff, 0xfe])]),
+            Some(Reason::BadSignature)
+        );
+        let huge = format!("sha256={}", "a".repeat(MAX_HEADER_BYTES));
+        assert_eq!(
+            r(&[("x-hub-signature-256", huge.as_bytes())]),
+            Some(Reason::BadSignature)
+        );
+
+        let st = config("stripe", STRIPE_SECRET);
+        let r = |h: &str| verify(&st, &[("stripe-signature", h.as_bytes())], body, 0).reason;
+        assert_eq!(r("v1=00"), Some(Reason::BadSignature), "no timestamp");
+        assert_eq!(
+            r("t=1,t=2,v1=00"),
+            Some(Reason::BadSignature),
+            "two timestamps"
+        );
+        assert_eq!(r("t=1"), Some(Reason::BadSignature), "no signature");
+        assert_eq!(r("t=abc,v1=00"), Some(Reason::BadSignature));
+        assert_eq!(r("garbage"), Some(Reason::BadSignature));
+        let many = format!("t=0{}", ",v1=00".repeat(MAX_SIGNATURES + 1));
+        assert_eq!(r(&many), Some(Reason::BadSignature));
+
+        let sw = config("standard-webhooks", STD_SECRET);
+        let r = |h: &[(&str, &str)]| verify(&sw, &hs(h), body, 0).reason;
+        assert_eq!(
+            r(&[("webhook-id", "m"), ("webhook-signature", "v1,AAAA")]),
+            Some(Reason::MissingSignature)
+        );
+        assert_eq!(
+            r(&[
+                ("webhook-id", "m"),
+                ("webhook-timestamp", "0"),
+                ("webhook-signature", "v1,!!!")
+            ]),
+            Some(Reason::BadSignature)
+        );
+        let many = "v1,AAAA ".repeat(MAX_SIGNATURES + 1);
+        assert_eq!(
+            r(&[
+                ("webhook-id", "m"),
+                ("webhook-timestamp", "0"),
+                ("webhook-signature", &many)
+            ]),
+            Some(Reason::BadSignature)
+        );
+    }
+
+    #[test]
+    fn configs_are_validated_without_echoing_the_secret() {
+        let bad = [
+            ("standard-webhooks", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+            ("standard-webhooks", "whsec_not-base64!"),
+            ("standard-webhooks", "whsec_AAAA"),
+            ("stripe", "sk_live_abcdefgh"),
+            ("stripe", "whsec_short"),
+            ("stripe", "whsec_with space inside"),
+            ("github", ""),
+            ("github", "line\nbreak"),
+            ("other", "whatever-secret"),
+        ];
+        for (scheme, secret) in bad {
+            let e = VerificationConfig::new(scheme, secret, None, None).expect_err(secret);
+            if !secret.is_empty() {
+                assert!(!e.0.contains(secret), "{e}");
+            }
+        }
+        assert!(VerificationConfig::new("github", "x", None, Some(0)).is_err());
+        assert!(VerificationConfig::new("github", "x", None, Some(3601)).is_err());
+        let c = VerificationConfig::new("github", "x", Some(true), Some(3600)).expect("ok");
+        assert_eq!(
+            VerificationConfig::from_stored(&c.to_stored()),
+            Some(c.clone())
+        );
+        assert!(!format!("{c:?}").contains("\"x\""));
+        let c = config("stripe", "whsec_SeCrEt1234");
+        assert!(!format!("{c:?}").contains("SeCrEt1234"));
+        assert_eq!(c.tolerance_seconds, TOLERANCE_DEFAULT_SECONDS);
+        let from = VerificationConfig::from_json(
+            &json!({"scheme": "github", "secret": "s", "tolerance_seconds": 60.0, "reject_unverified": null}),
+        )
+        .expect("ok");
+        assert_eq!(from.tolerance_seconds, 60);
+        assert!(VerificationConfig::from_json(&json!({"scheme": "github"})).is_err());
+        assert!(VerificationConfig::from_json(
+            &json!({"scheme": "github", "secret": "s", "tolerance_seconds": 1.5})
+        )
+        .is_err());
+        assert!(VerificationConfig::from_json(&json!("github")).is_err());
+    }
+
+    fn any_config() -> impl Strategy<Value = VerificationConfig> {
+        prop_oneof![
+            Just(config("standard-webhooks", STD_SECRET)),
+            Just(config("stripe", STRIPE_SECRET)),
+            Just(config("github", GH_SECRET)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_signature_computed_here_verifies(
+            c in any_config(),
+            body in proptest::collection::vec(any::<u8>(), 0..512),
+            id in "[A-Za-z0-9_-]{1,40}",
+            t in 1_000_000_000i64..4_000_000_000,
+        ) {
+            let headers = sign(&c, &id, t, &body);
+            let pairs: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+            let v = verify(&c, &pairs, &body, t * 1000);
+            prop_assert_eq!(v.reason, None);
+        }
+
+        #[test]
+        fn a_body_changed_in_one_byte_never_verifies(
+            c in any_config(),
+            body in proptest::collection::vec(any::<u8>(), 1..512),
+            at in any::<proptest::sample::Index>(),
+            flip in 1u8..=255,
+            t in 1_000_000_000i64..4_000_000_000,
+        ) {
+            let headers = sign(&c, "msg_1", t, &body);
+            let pairs: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+            let mut changed = body.clone();
+            let i = at.index(changed.len());
+            changed[i] ^= flip;
+            let v = verify(&c, &pairs, &changed, t * 1000);
+            prop_assert_eq!(v.reason, Some(Reason::BadSignature));
+        }
+    }
+}
