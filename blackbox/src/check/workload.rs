@@ -38,6 +38,32 @@ const EVENTS_PER_REQUEST: f64 = 0.45;
 /// How long consumers may take to read the rest of a sealed address.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// Every address of the run verifies Standard Webhooks signatures with this secret
+/// (docs/API.md §15); the signed deliveries sign with it, the others send no signature.
+pub(crate) const SIGNING_SECRET: &str = "whsec_YWdlbnRhZGRyZXNzLWNoZWNrZXItc2lnbmluZy1rZXk=";
+
+/// The prefix of a signed delivery's `webhook-id` (and so of its marker).
+pub(crate) const SIGNED_PREFIX: &str = "msg_";
+
+/// `webhook-signature` of a Standard Webhooks delivery: `v1,` and the base64 HMAC-SHA256, under
+/// the secret's base64 key, of `{id}.{timestamp}.{body}` — written here from the specification,
+/// independently of the server's code.
+fn standard_webhooks_signature(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> String {
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap_or_default();
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key)
+        .unwrap_or_else(|e| panic!("an HMAC takes any key: {e}"));
+    mac.update(format!("{id}.{timestamp}.").as_bytes());
+    mac.update(body);
+    format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    )
+}
+
 fn counter(k: usize) -> String {
     format!("{COUNTER_PREFIX}{k}")
 }
@@ -207,7 +233,11 @@ impl Ctx {
     /// server gives no answer (or only 503s) for `unreachable` in a row.
     async fn create(&self, who: &str, phase: Phase, unreachable: Duration) -> Result<Addr, String> {
         let url = format!("{}/api/v1/addresses", self.base);
-        let body = json!({"name": "agentaddress-check", "task_id": format!("seed-{}", self.seed)});
+        let body = json!({
+            "name": "agentaddress-check",
+            "task_id": format!("seed-{}", self.seed),
+            "verification": {"scheme": "standard-webhooks", "secret": SIGNING_SECRET},
+        });
         let deadline = Instant::now() + Duration::from_secs(900);
         let mut last = String::new();
         let mut answered = Instant::now();
@@ -425,6 +455,57 @@ impl Ctx {
             .send(who, Phase::Workload, Some(a), kind, req)
             .await;
         self.remember_event(a, &o);
+        o
+    }
+
+    /// A provider's delivery: the body signed as Standard Webhooks with `webhook-id` = `id` and
+    /// no Idempotency-Key, so the server keys it by `id` (docs/API.md §15). Each attempt signs
+    /// anew with the current time, as a provider's redelivery does; the history records it as
+    /// a delivery keyed by `id`.
+    async fn deliver_signed(&self, who: &str, a: usize, id: &str, data: &Value) -> Outcome {
+        let ad = self.addr(a);
+        let body = json!({"type": DELIVERY_TYPE, "data": data}).to_string();
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut req = Req::new(Method::POST, ad.inbox.clone())
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header(
+                "webhook-signature",
+                standard_webhooks_signature(SIGNING_SECRET, id, timestamp, body.as_bytes()),
+            );
+        req.body = Some(body.into_bytes());
+        let kind = OpKind::Deliver {
+            idempotency_key: Some(id.to_owned()),
+            data: data.clone(),
+            other_body: false,
+        };
+        let o = self
+            .rec
+            .send(who, Phase::Workload, Some(a), kind, req)
+            .await;
+        self.remember_event(a, &o);
+        o
+    }
+
+    /// A signed delivery, redelivered while its outcome is unknown.
+    async fn deliver_signed_resolved(
+        &self,
+        who: &str,
+        a: usize,
+        id: &str,
+        data: &Value,
+    ) -> Outcome {
+        let mut o = self.deliver_signed(who, a, id, data).await;
+        for _ in 0..80 {
+            if !o.is_ambiguous() {
+                break;
+            }
+            Self::pause(&o).await;
+            o = self.deliver_signed(who, a, id, data).await;
+        }
         o
     }
 
@@ -789,8 +870,10 @@ impl Ctx {
                 .await;
             } else if x < 0.56 {
                 self.conditional_delete(&who, a, &mut rng).await;
-            } else if x < 0.78 {
+            } else if x < 0.72 {
                 self.idempotent_delivery(&who, a, n, &mut rng).await;
+            } else if x < 0.78 {
+                self.signed_delivery(&who, a, n, &mut rng).await;
             } else if x < 0.83 {
                 self.plain_delivery(&who, a, n).await;
             } else if x < 0.85 {
@@ -936,6 +1019,32 @@ impl Ctx {
                 Self::pause(&o).await;
                 o = self.deliver(who, a, Some(&key), &other, true).await;
             }
+        }
+    }
+
+    /// A provider's signed delivery (no Idempotency-Key), sometimes redelivered by the
+    /// "provider" — again, or three times at once — after it landed: one event in all.
+    async fn signed_delivery(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
+        if !self.reserve(a) {
+            return;
+        }
+        let id = format!("{SIGNED_PREFIX}{:x}_{who}_{n}", self.seed);
+        let data = json!({"marker": id, "client": who, "n": n, "signed": true});
+        let first = self.deliver_signed_resolved(who, a, &id, &data).await;
+        if !(first.is(202) || first.is(200)) {
+            if !first.is_ambiguous() {
+                self.unreserve(a);
+            }
+            return;
+        }
+        if rng.gen_bool(0.3) {
+            self.deliver_signed_resolved(who, a, &id, &data).await;
+        }
+        if rng.gen_bool(0.1) {
+            futures::future::join_all(
+                (0..3).map(|_| self.deliver_signed_resolved(who, a, &id, &data)),
+            )
+            .await;
         }
     }
 
@@ -1112,5 +1221,22 @@ impl Ctx {
             event_id: id.to_owned(),
         };
         self.rec.send(who, phase, Some(a), kind, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The Standard Webhooks specification's own example signs as it says.
+    #[test]
+    fn signs_the_standard_webhooks_example() {
+        assert_eq!(
+            super::standard_webhooks_signature(
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "msg_p5jXN8AQM9LWM0D4loKWxJek",
+                1_614_265_330,
+                br#"{"test": 2432232314}"#,
+            ),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+        );
     }
 }
