@@ -38,6 +38,13 @@ const EVENTS_PER_REQUEST: f64 = 0.45;
 /// How long consumers may take to read the rest of a sealed address.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
 
+/// Every address of the run verifies Standard Webhooks signatures with this secret
+/// (docs/API.md §15); the signed deliveries sign with it, the others send no signature.
+pub(crate) const SIGNING_SECRET: &str = "whsec_YWdlbnRhZGRyZXNzLWNoZWNrZXItc2lnbmluZy1rZXk=";
+
+/// The prefix of a signed delivery's `webhook-id` (and so of its marker).
+pub(crate) const SIGNED_PREFIX: &str = "msg_";
+
 fn counter(k: usize) -> String {
     format!("{COUNTER_PREFIX}{k}")
 }
@@ -207,7 +214,11 @@ impl Ctx {
     /// server gives no answer (or only 503s) for `unreachable` in a row.
     async fn create(&self, who: &str, phase: Phase, unreachable: Duration) -> Result<Addr, String> {
         let url = format!("{}/api/v1/addresses", self.base);
-        let body = json!({"name": "agentaddress-check", "task_id": format!("seed-{}", self.seed)});
+        let body = json!({
+            "name": "agentaddress-check",
+            "task_id": format!("seed-{}", self.seed),
+            "verification": {"scheme": "standard-webhooks", "secret": SIGNING_SECRET},
+        });
         let deadline = Instant::now() + Duration::from_secs(900);
         let mut last = String::new();
         let mut answered = Instant::now();
@@ -425,6 +436,60 @@ impl Ctx {
             .send(who, Phase::Workload, Some(a), kind, req)
             .await;
         self.remember_event(a, &o);
+        o
+    }
+
+    /// A provider's delivery: the body signed as Standard Webhooks with `webhook-id` = `id` and
+    /// no Idempotency-Key, so the server keys it by `id` (docs/API.md §15). Each attempt signs
+    /// anew with the current time, as a provider's redelivery does; the history records it as
+    /// a delivery keyed by `id`.
+    async fn deliver_signed(&self, who: &str, a: usize, id: &str, data: &Value) -> Outcome {
+        let ad = self.addr(a);
+        let body = json!({"type": DELIVERY_TYPE, "data": data}).to_string();
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut req =
+            Req::new(Method::POST, ad.inbox.clone()).header("content-type", "application/json");
+        for (name, value) in
+            crate::verification::standard_headers(SIGNING_SECRET, id, timestamp, body.as_bytes())
+        {
+            req = match name.as_str() {
+                "webhook-id" => req.header("webhook-id", value),
+                "webhook-timestamp" => req.header("webhook-timestamp", value),
+                _ => req.header("webhook-signature", value),
+            };
+        }
+        req.body = Some(body.into_bytes());
+        let kind = OpKind::Deliver {
+            idempotency_key: Some(id.to_owned()),
+            data: data.clone(),
+            other_body: false,
+        };
+        let o = self
+            .rec
+            .send(who, Phase::Workload, Some(a), kind, req)
+            .await;
+        self.remember_event(a, &o);
+        o
+    }
+
+    /// A signed delivery, redelivered while its outcome is unknown.
+    async fn deliver_signed_resolved(
+        &self,
+        who: &str,
+        a: usize,
+        id: &str,
+        data: &Value,
+    ) -> Outcome {
+        let mut o = self.deliver_signed(who, a, id, data).await;
+        for _ in 0..80 {
+            if !o.is_ambiguous() {
+                break;
+            }
+            Self::pause(&o).await;
+            o = self.deliver_signed(who, a, id, data).await;
+        }
         o
     }
 
@@ -789,8 +854,10 @@ impl Ctx {
                 .await;
             } else if x < 0.56 {
                 self.conditional_delete(&who, a, &mut rng).await;
-            } else if x < 0.78 {
+            } else if x < 0.72 {
                 self.idempotent_delivery(&who, a, n, &mut rng).await;
+            } else if x < 0.78 {
+                self.signed_delivery(&who, a, n, &mut rng).await;
             } else if x < 0.83 {
                 self.plain_delivery(&who, a, n).await;
             } else if x < 0.85 {
@@ -936,6 +1003,32 @@ impl Ctx {
                 Self::pause(&o).await;
                 o = self.deliver(who, a, Some(&key), &other, true).await;
             }
+        }
+    }
+
+    /// A provider's signed delivery (no Idempotency-Key), sometimes redelivered by the
+    /// "provider" — again, or three times at once — after it landed: one event in all.
+    async fn signed_delivery(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
+        if !self.reserve(a) {
+            return;
+        }
+        let id = format!("{SIGNED_PREFIX}{:x}_{who}_{n}", self.seed);
+        let data = json!({"marker": id, "client": who, "n": n, "signed": true});
+        let first = self.deliver_signed_resolved(who, a, &id, &data).await;
+        if !(first.is(202) || first.is(200)) {
+            if !first.is_ambiguous() {
+                self.unreserve(a);
+            }
+            return;
+        }
+        if rng.gen_bool(0.3) {
+            self.deliver_signed_resolved(who, a, &id, &data).await;
+        }
+        if rng.gen_bool(0.1) {
+            futures::future::join_all(
+                (0..3).map(|_| self.deliver_signed_resolved(who, a, &id, &data)),
+            )
+            .await;
         }
     }
 
@@ -1112,5 +1205,24 @@ impl Ctx {
             event_id: id.to_owned(),
         };
         self.rec.send(who, phase, Some(a), kind, req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The signing the workload uses signs the Standard Webhooks specification's own example
+    /// as it says.
+    #[test]
+    fn signs_the_standard_webhooks_example() {
+        let headers = crate::verification::standard_headers(
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1_614_265_330,
+            br#"{"test": 2432232314}"#,
+        );
+        assert!(headers.contains(&(
+            "webhook-signature".to_owned(),
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=".to_owned()
+        )));
     }
 }

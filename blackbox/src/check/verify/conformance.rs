@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::{excerpt, Verifier};
 use crate::check::history::{Op, OpKind, Outcome};
+use crate::check::workload::SIGNED_PREFIX;
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339, UTC, milliseconds).
 fn is_ts(v: &Value) -> bool {
@@ -60,7 +61,33 @@ fn event_shape(e: &Value) -> Option<String> {
     if surface == "http" && !e["http"].is_object() {
         return Some("an http event without its http record".into());
     }
+    if surface == "http" {
+        return verification_problem(e);
+    }
     None
+}
+
+/// Every address of a run verifies Standard Webhooks signatures (the workload creates them
+/// with [`SIGNING_SECRET`](crate::check::workload::SIGNING_SECRET)), so each http event
+/// carries `verification` (docs/API.md §15): verified exactly when the workload signed it (its
+/// marker is the signed `webhook-id`), else unverified for a missing signature.
+fn verification_problem(e: &Value) -> Option<String> {
+    let v = &e["verification"];
+    let signed = e["data"]["marker"]
+        .as_str()
+        .is_some_and(|m| m.starts_with(SIGNED_PREFIX));
+    let right = v["scheme"] == "standard-webhooks"
+        && if signed {
+            v["verified"] == true && v.get("reason").is_none_or(Value::is_null)
+        } else {
+            v["verified"] == false && v["reason"] == "missing_signature"
+        };
+    (!right).then(|| {
+        format!(
+            "a {} delivery's verification is {v}",
+            if signed { "signed" } else { "unsigned" }
+        )
+    })
 }
 
 impl Verifier<'_> {

@@ -8,6 +8,7 @@ use super::verify;
 use crate::check::history::{
     lossy_body, Anomaly, History, Op, OpKind, Outcome, Phase, LOSSY_BODIES,
 };
+use crate::check::workload::SIGNED_PREFIX;
 
 const T: &str = "2026-11-30T11:04:10.123Z";
 const T2: &str = "2026-11-30T11:04:11.456Z";
@@ -25,9 +26,22 @@ fn deleted(seq: u64, key: &str) -> Value {
 }
 
 fn delivered(seq: u64, data: Value) -> Value {
+    let signed = data["marker"]
+        .as_str()
+        .is_some_and(|m| m.starts_with(SIGNED_PREFIX));
     json!({"id": format!("evt_{seq}"), "sequence": seq, "type": "check.delivery", "source": null,
            "ingress_surface": "http", "received_at": T, "acknowledged_at": null, "data": data,
-           "http": {"content_type": "application/json", "headers": {}}})
+           "http": {"content_type": "application/json", "headers": {}},
+           "verification": verification(signed)})
+}
+
+/// An http event's `verification` on the checker's addresses (all verify signatures).
+fn verification(signed: bool) -> Value {
+    if signed {
+        json!({"scheme": "standard-webhooks", "verified": true})
+    } else {
+        json!({"scheme": "standard-webhooks", "verified": false, "reason": "missing_signature"})
+    }
 }
 
 fn put_ok(key: &str, value: Value, rev: u64) -> Outcome {
@@ -583,7 +597,8 @@ fn acks_must_keep_their_first_time() {
 fn raw_event(seq: u64, data: Value) -> Value {
     json!({"id": format!("evt_{seq}"), "sequence": seq, "type": "http.request", "source": null,
            "ingress_surface": "http", "received_at": T, "acknowledged_at": null, "data": data,
-           "http": {"content_type": "application/json", "headers": {}}})
+           "http": {"content_type": "application/json", "headers": {}},
+           "verification": verification(false)})
 }
 
 /// The consistent history plus a lossy delivery answered `outcome`, its event read back as
@@ -733,4 +748,26 @@ fn emails_land_once_or_are_reported() {
         &with_emails(&Outcome::json(200, json!({"accepted": []})), 1, &[]),
         "unexpected_response",
     );
+}
+
+/// Every address of a run verifies signatures: a signed delivery read back unverified, or an
+/// unsigned one read back verified, or an http event without `verification`, is reported.
+#[test]
+fn a_wrong_verification_on_an_event_is_reported() {
+    for wrong in [
+        verification(false),
+        json!(null),
+        json!({"scheme": "github", "verified": true}),
+    ] {
+        let mut b = consistent();
+        let mut event = delivered(6, json!({"marker": format!("{SIGNED_PREFIX}1")}));
+        event["verification"] = wrong.clone();
+        b.poll(1, 5, vec![event]);
+        assert_reports(&b.h, "unexpected_response");
+    }
+    let mut b = consistent();
+    let mut event = delivered(6, json!({"marker": "unsigned"}));
+    event["verification"] = verification(true);
+    b.poll(1, 5, vec![event]);
+    assert_reports(&b.h, "unexpected_response");
 }
