@@ -401,13 +401,7 @@ pub async fn list_events(
     let now = state.clock.now();
     let record = authenticate(&state, &headers, &address_id, now).await?;
     let limits = &state.config.limits;
-    if let Some(retry_after) = state
-        .store
-        .hit_rate_limit(&format!("poll:{address_id}"), limits.polls_per_minute, now)
-        .await?
-    {
-        return Err(ApiError::RateLimited { retry_after });
-    }
+    charge_poll(&state, &address_id, now).await?;
     let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
     // Requests for a person that expired get their event before the feed is read, and a wait
     // ends by the next expiry (docs/API.md §12).
@@ -444,6 +438,24 @@ pub async fn list_events(
         Body::from(charge.into_body(encoded)),
     )
         .into_response())
+}
+
+/// Counts one poll of address `id` against the poll rate limit (docs/API.md §6): a feed read
+/// and an event stream (§14) each count once, however long they wait.
+pub(crate) async fn charge_poll(
+    state: &AppState,
+    id: &str,
+    now: crate::domain::Millis,
+) -> Result<(), ApiError> {
+    let per_minute = state.config.limits.polls_per_minute;
+    match state
+        .store
+        .hit_rate_limit(&format!("poll:{id}"), per_minute, now)
+        .await?
+    {
+        Some(retry_after) => Err(ApiError::RateLimited { retry_after }),
+        None => Ok(()),
+    }
 }
 
 /// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,

@@ -100,15 +100,8 @@ pub async fn stream_events(
     };
     let now = state.clock.now();
     let record = authenticate(&state, &headers, &address_id, now).await?;
-    let limits = &state.config.limits;
     // One stream is one poll (docs/API.md §14), charged as `GET events` charges.
-    if let Some(retry_after) = state
-        .store
-        .hit_rate_limit(&format!("poll:{address_id}"), limits.polls_per_minute, now)
-        .await?
-    {
-        return Err(ApiError::RateLimited { retry_after });
-    }
+    crate::handlers::charge_poll(&state, &address_id, now).await?;
     let params: StreamParams = parse_fields(query_fields(uri.query())?)?;
     let after = match last_event_id(&headers)? {
         Some(id) => id,
