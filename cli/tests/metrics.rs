@@ -135,10 +135,16 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
     assert_eq!(stream.status(), 200);
     let streaming = scrape(&url).await;
     drop(stream);
-    // Past the poll rate limit (3 a minute): one more is refused.
-    for _ in 0..3 {
-        c.events(&a, "after=0").await;
+    // Past the poll rate limit (3 a minute, in fixed one-minute windows): polls until one is
+    // refused (a window may end between two polls and let three more through).
+    let mut refused = false;
+    for _ in 0..8 {
+        if c.events(&a, "after=0").await.status == 429 {
+            refused = true;
+            break;
+        }
     }
+    assert!(refused, "a poll past the limit is refused");
     let after = scrape(&url).await;
 
     for (family, kind) in [
