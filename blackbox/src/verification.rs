@@ -130,10 +130,7 @@ pub async fn verified_webhooks(c: &Client) -> Vec<String> {
         gh_secret.as_str(),
     ];
     let r = c
-        .json(
-            "POST",
-            "/api/v1/addresses",
-            None,
+        .create(
             &json!({"name": "verified", "verification": {"scheme": "github", "secret": gh_secret}}),
         )
         .await;

@@ -45,10 +45,10 @@ async fn writer(
     ai: usize,
     w: usize,
     acked: Arc<Mutex<Acked>>,
-    stop: Instant,
+    stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut n = 0u64;
-    while Instant::now() < stop {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         n += 1;
         let marker = format!("w{w}-{n}");
         let r = c
@@ -139,7 +139,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
     }
 
     let acked = Arc::new(Mutex::new(Acked::default()));
-    let stop = Instant::now() + Duration::from_secs(4);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let tasks: Vec<_> = (0..WRITERS)
         .map(|w| {
             let ai = w % addresses.len();
@@ -149,11 +149,26 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
                 ai,
                 w,
                 acked.clone(),
-                stop,
+                stop.clone(),
             ))
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The backup starts once the writers have had 50 deliveries acknowledged (however slow
+    // the machine), and they go on writing during it and for a second after.
+    let busy = Instant::now();
+    while acked
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .deliveries
+        .len()
+        < 50
+    {
+        assert!(
+            busy.elapsed() < Duration::from_secs(60),
+            "the writers did not get 50 deliveries acknowledged in a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let began = Instant::now();
     let (db2, copy2) = (db.clone(), copy.clone());
     let out = tokio::task::spawn_blocking(move || backup(&db2, &copy2))
@@ -166,6 +181,8 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("integrity check ok"), "{stdout}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in tasks {
         t.await.unwrap_or_else(|e| panic!("writer: {e}"));
     }
@@ -235,7 +252,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
         }
     }
     assert!(
-        before > 20,
+        before >= 50,
         "the writers were busy before the backup: {before} deliveries"
     );
     eprintln!(
