@@ -264,15 +264,38 @@ impl Client {
     /// `POST /api/v1/addresses` with `body`, waiting out `429 rate_limited` (tests share the
     /// deployment's creation limit); the first other answer.
     pub async fn create(&self, body: &Value) -> Resp {
+        let bytes = serde_json::to_vec(body).unwrap_or_default();
+        self.send_past_limit(
+            "POST",
+            "/api/v1/addresses",
+            None,
+            &[("content-type", "application/json")],
+            Some(bytes),
+        )
+        .await
+    }
+
+    /// [`Client::send`], waiting out `429 rate_limited` (tests running at once share a
+    /// deployment's rate limits, such as the creation limit); the first other answer.
+    pub async fn send_past_limit(
+        &self,
+        method: &str,
+        path_or_url: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Resp {
         for _ in 0..5 {
-            let r = self.json("POST", "/api/v1/addresses", None, body).await;
+            let r = self
+                .send(method, path_or_url, token, headers, body.clone())
+                .await;
             if r.status != 429 {
                 return r;
             }
             let secs = r.json["error"]["retry_after_seconds"].as_u64().unwrap_or(5);
             tokio::time::sleep(Duration::from_secs(secs.min(61))).await;
         }
-        panic!("address creation stayed rate limited");
+        panic!("{method} {path_or_url} stayed rate limited");
     }
 
     pub async fn new_address(&self) -> Address {

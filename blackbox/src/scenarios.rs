@@ -769,7 +769,7 @@ pub async fn service_routes(c: &Client) {
     c.send("DELETE", "/api/v1/addresses", None, &[], None)
         .await
         .expect_error(405, "method_not_allowed", "wrong method");
-    c.send(
+    c.send_past_limit(
         "POST",
         "/api/v1/addresses",
         None,
@@ -778,7 +778,7 @@ pub async fn service_routes(c: &Client) {
     )
     .await
     .expect_error(415, "unsupported_media_type", "create with text/plain");
-    c.send(
+    c.send_past_limit(
         "POST",
         "/api/v1/addresses",
         None,
