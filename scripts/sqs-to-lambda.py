@@ -4,7 +4,9 @@
 Polls an SQS queue and hands each batch to a function served by `cargo lambda watch`
 (scripts/lambda-local), as Lambda does on AWS (template.yaml, e.g. EmailFunction's SQS event):
 
-  1. ReceiveMessage: up to --batch-size messages (WaitTimeSeconds 1, every attribute);
+  1. ReceiveMessage: up to --batch-size messages (WaitTimeSeconds 1, every attribute), by
+     --pollers pollers at once (default 5: Lambda starts an SQS event source with five
+     concurrent batches), so one slow batch does not hold back the rest;
   2. POST {--invoke-url}/2015-03-31/functions/{--function}/invocations with the event Lambda
      builds: {"Records": [{"messageId", "receiptHandle", "body", "attributes",
      "messageAttributes", "md5OfBody", "eventSource": "aws:sqs", "eventSourceARN", "awsRegion"}]};
@@ -28,7 +30,7 @@ without either the script refuses to run unless --real-aws is given. With an end
 credentials/region configured, it uses test/test and us-east-1. Needs only boto3.
 
 Usage: .cache/venv/bin/python scripts/sqs-to-lambda.py --queue-url URL --function NAME
-           --invoke-url http://127.0.0.1:9000 [--batch-size 10] [--invoke-timeout 120]
+           --invoke-url http://127.0.0.1:9000 [--batch-size 10] [--pollers 5] [--invoke-timeout 120]
 """
 
 import argparse
@@ -37,6 +39,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -186,52 +189,70 @@ def main():
                         help="most messages per invocation (default: %(default)s)")
     parser.add_argument("--invoke-timeout", type=float, default=120,
                         help="seconds to wait for the function's answer (default: %(default)s)")
+    parser.add_argument("--pollers", type=int, default=5, choices=range(1, 101), metavar="1..100",
+                        help="batches received and invoked at once, as Lambda's event source mapping starts "
+                        "with five (default: %(default)s)")
     parser.add_argument("--real-aws", action="store_true", help="allow polling without an endpoint override")
     args = parser.parse_args()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    sqs = sqs_client(args.real_aws)
     url = f"{args.invoke_url.rstrip('/')}/2015-03-31/functions/{args.function}/invocations"
-    queue_arn = region = None
+    # One client per poller: boto3 sessions are not shared across threads.
+    clients = [sqs_client(args.real_aws) for _ in range(args.pollers)]
+    log(
+        f"polling {args.queue_url} (sqs at {clients[0].meta.endpoint_url}) -> {url} "
+        f"with {args.pollers} concurrent poller(s)"
+    )
+    for n, sqs in enumerate(clients):
+        threading.Thread(target=poll, args=(sqs, args, url), name=f"poller-{n}", daemon=True).start()
     try:
-        log(f"polling {args.queue_url} (sqs at {sqs.meta.endpoint_url}) -> {url}")
         while True:
-            try:
-                if queue_arn is None:
-                    attrs = sqs.get_queue_attributes(QueueUrl=args.queue_url, AttributeNames=["QueueArn"])
-                    queue_arn = attrs["Attributes"]["QueueArn"]
-                    region = queue_arn.split(":")[3] if queue_arn.count(":") >= 5 else sqs.meta.region_name
-                messages = sqs.receive_message(
-                    QueueUrl=args.queue_url,
-                    MaxNumberOfMessages=args.batch_size,
-                    WaitTimeSeconds=1,
-                    AttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                ).get("Messages", [])
-                if not messages:
-                    continue
-                event = {"Records": [record(m, queue_arn, region) for m in messages]}
-                failed, why = invoke(url, event, args.invoke_timeout)
-                if failed is None:
-                    log(f"{len(messages)} message(s) -> {args.function}: {why}; none deleted (redelivered later)")
-                    time.sleep(BACKOFF_SECONDS)
-                    continue
-                done = [m for m in messages if m["MessageId"] not in failed]
-                refused = delete(sqs, args.queue_url, done)
-                log(
-                    f"{len(messages)} message(s) -> {args.function}: {len(done) - refused} deleted"
-                    + (f", {len(failed)} failed (redelivered later)" if failed else "")
-                    + (f", {refused} not deleted" if refused else "")
-                )
-            except (BotoCoreError, ClientError) as err:
-                log(f"SQS error: {err}; retrying in {BACKOFF_SECONDS} s")
-                time.sleep(BACKOFF_SECONDS)
-            except Exception as err:  # noqa: BLE001 -- a stand-in for a service: log, never exit
-                log(f"error: {err!r}; retrying in {BACKOFF_SECONDS} s")
-                time.sleep(BACKOFF_SECONDS)
+            time.sleep(3600)
     except Stop as sig:
+        # The pollers are daemon threads: they end with the process, their batches unfinished.
         log(f"{sig}: stopping")
+
+
+def poll(sqs, args, url):
+    """One poller: receive a batch, invoke the function with it, delete what it handled; forever."""
+    queue_arn = region = None
+    while True:
+        try:
+            if queue_arn is None:
+                attrs = sqs.get_queue_attributes(QueueUrl=args.queue_url, AttributeNames=["QueueArn"])
+                queue_arn = attrs["Attributes"]["QueueArn"]
+                region = queue_arn.split(":")[3] if queue_arn.count(":") >= 5 else sqs.meta.region_name
+            messages = sqs.receive_message(
+                QueueUrl=args.queue_url,
+                MaxNumberOfMessages=args.batch_size,
+                WaitTimeSeconds=1,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                continue
+            event = {"Records": [record(m, queue_arn, region) for m in messages]}
+            started = time.monotonic()
+            failed, why = invoke(url, event, args.invoke_timeout)
+            took = f"{time.monotonic() - started:.2f} s"
+            if failed is None:
+                log(f"{len(messages)} message(s) -> {args.function} ({took}): {why}; none deleted (redelivered later)")
+                time.sleep(BACKOFF_SECONDS)
+                continue
+            done = [m for m in messages if m["MessageId"] not in failed]
+            refused = delete(sqs, args.queue_url, done)
+            log(
+                f"{len(messages)} message(s) -> {args.function} ({took}): {len(done) - refused} deleted"
+                + (f", {len(failed)} failed (redelivered later)" if failed else "")
+                + (f", {refused} not deleted" if refused else "")
+            )
+        except (BotoCoreError, ClientError) as err:
+            log(f"SQS error: {err}; retrying in {BACKOFF_SECONDS} s")
+            time.sleep(BACKOFF_SECONDS)
+        except Exception as err:  # noqa: BLE001 -- a stand-in for a service: log, never exit
+            log(f"error: {err!r}; retrying in {BACKOFF_SECONDS} s")
+            time.sleep(BACKOFF_SECONDS)
 
 
 if __name__ == "__main__":

@@ -88,6 +88,24 @@ impl Stream {
         token: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Stream {
+        Self::try_open_with_token(http, a, query, token, headers)
+            .await
+            .unwrap_or_else(|e| panic!("GET events/stream: {e}"))
+    }
+
+    /// [`Stream::open`], with a failure to send (e.g. a connection the server refused as it
+    /// connected, at its connection cap) as an error rather than a panic.
+    pub async fn try_open(http: &reqwest::Client, a: &Address) -> Result<Stream, reqwest::Error> {
+        Self::try_open_with_token(http, a, "", Some(&a.token), &[]).await
+    }
+
+    async fn try_open_with_token(
+        http: &reqwest::Client,
+        a: &Address,
+        query: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Stream, reqwest::Error> {
         let mut req = http.get(format!("{}/stream{query}", a.events_url));
         if let Some(token) = token {
             req = req.bearer_auth(token);
@@ -95,18 +113,15 @@ impl Stream {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let response = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET events/stream: {e}"));
-        Stream {
+        let response = req.send().await?;
+        Ok(Stream {
             status: response.status().as_u16(),
             headers: response.headers().clone(),
             response,
             buffer: Vec::new(),
             fields: Vec::new(),
             raw: Vec::new(),
-        }
+        })
     }
 
     /// An error answer (not a stream), read whole as JSON.
