@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentaddress_api::config::ServiceConfig;
-use agentaddress_api::{self as api, ApiConfig, AppState};
+use agentaddress_api::{self as api, ApiConfig, AppState, PollChecks};
 use agentaddress_core::store::StoreResult;
 use agentaddress_dynamodb::AwsConfig;
 use agentaddress_dynamodb::{CapacityUsage, DynamoStore, MessageBucket};
@@ -360,6 +360,15 @@ async fn main() {
     let mut config = ApiConfig::from(&service);
     config.limits.polls_per_minute = 10_000;
     config.limits.creations_per_minute = 10_000;
+    // The same service with the earlier, sparser long-poll checks: the anchor of the
+    // delivery-delay and idle-poll figures, measured in the same run.
+    let sparse = api::router(AppState::new(
+        Arc::new(store.clone()),
+        ApiConfig {
+            poll_checks: PollChecks::SPARSE,
+            ..config.clone()
+        },
+    ));
     let app = api::router(AppState::new(Arc::new(store.clone()), config));
     let b = Bench { app, store };
     let kb = "x".repeat(1000);
@@ -473,48 +482,54 @@ async fn main() {
         })
         .await;
     row(&format!("idle long poll, {idle} s"), u, d);
+    if idle_samples > 0 {
+        let (u, d) = b
+            .measure(|| async {
+                let (s, v) = call(
+                    &sparse,
+                    "GET",
+                    &format!("{events}?after={last}&wait={idle}"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+                assert_eq!(s, 200, "{v}");
+            })
+            .await;
+        row(
+            &format!("idle long poll, {idle} s, before (checks grow to 1.5 s)"),
+            u,
+            d,
+        );
+    }
 
     email_costs(&b, &bucket, &service, &token, &created).await;
 
     // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
     // poll, as in a conversation in progress where the agent polls again right after each
     // answer, and (b) at any moment of a 25 s poll of an idle address.
-    let mut after = last;
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    for (label, window_ms, samples) in [
+    // The latter also with the earlier schedule, as the anchor.
+    for (label, app, window_ms, samples) in [
         (
             "arrival in the first 2 s of a poll",
+            &b.app,
             2_000u64,
             conversation_samples,
         ),
-        ("arrival at any moment of a 25 s poll", 24_000, idle_samples),
+        (
+            "arrival at any moment of a 25 s poll",
+            &b.app,
+            24_000,
+            idle_samples,
+        ),
+        (
+            "arrival at any moment of a 25 s poll, before (checks grow to 1.5 s)",
+            &sparse,
+            24_000,
+            idle_samples,
+        ),
     ] {
-        let mut delays = Vec::new();
-        for _ in 0..samples {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let at = Duration::from_millis(seed % window_ms);
-            let poll = {
-                let app = b.app.clone();
-                let token = token.clone();
-                let uri = format!("{events}?after={after}&wait=25");
-                tokio::spawn(async move {
-                    let r = call(&app, "GET", &uri, Some(&token), None).await;
-                    (r, Instant::now())
-                })
-            };
-            tokio::time::sleep(at).await;
-            let (s, v) = b
-                .call("POST", &inbox, None, Some(json!({"type": "wake"})))
-                .await;
-            let delivered = Instant::now();
-            assert_eq!(s, 202, "{v}");
-            let ((s, v), returned) = poll.await.unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(s, 200, "{v}");
-            after = v["next_cursor"].as_u64().unwrap_or(after);
-            delays.push(returned.saturating_duration_since(delivered));
-        }
+        let mut delays = delivery_delays(app, window_ms, samples).await;
         if delays.is_empty() {
             continue;
         }
@@ -523,13 +538,85 @@ async fn main() {
             delays[((delays.len() - 1) as f64 * p).round() as usize].as_secs_f64() * 1000.0
         };
         println!(
-            "query-loop delivery delay, {label}: n={} p50 {:.0} ms p99 {:.0} ms max {:.0} ms",
+            "query-loop delivery delay, {label}: n={} p50 {:.0} ms p90 {:.0} ms p99 {:.0} ms max {:.0} ms",
             delays.len(),
             pct(0.5),
+            pct(0.9),
             pct(0.99),
             pct(1.0)
         );
     }
+}
+
+/// Addresses waited on at once while measuring delivery delays: each lane is its own address
+/// (one delivery must wake one poll), so a sample's delay is not another's.
+const DELAY_LANES: usize = 8;
+
+/// `samples` delivery delays: a 25 s poll starts, an event is delivered to its address at a
+/// pseudo-random moment in the poll's first `window_ms`, and the delay runs from the delivery's
+/// 202 to the poll's answer. Samples run in up to [`DELAY_LANES`] lanes at once.
+async fn delivery_delays(app: &Router, window_ms: u64, samples: usize) -> Vec<Duration> {
+    let lanes = samples.min(DELAY_LANES);
+    let mut tasks = Vec::new();
+    for lane in 0..lanes {
+        let app = app.clone();
+        // This lane's share of the samples.
+        let n = samples / lanes + usize::from(lane < samples % lanes);
+        tasks.push(tokio::spawn(async move {
+            let (s, created) = call(
+                &app,
+                "POST",
+                "/api/v1/addresses",
+                None,
+                Some(json!({"name": format!("delay-{lane}")})),
+            )
+            .await;
+            assert_eq!(s, 201, "{created}");
+            let token = created["credentials"]["read_token"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+            let inbox = path(&created["endpoints"]["inbox_url"]);
+            let events = path(&created["endpoints"]["events_url"]);
+            let mut after = 0;
+            let mut seed = 0x2545_f491_4f6c_dd1d_u64 ^ (lane as u64 + 1).wrapping_mul(0x9e37_79b9);
+            let mut delays = Vec::new();
+            for _ in 0..n {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let at = Duration::from_millis(seed % window_ms);
+                let poll = {
+                    let app = app.clone();
+                    let token = token.clone();
+                    let uri = format!("{events}?after={after}&wait=25");
+                    tokio::spawn(async move {
+                        let r = call(&app, "GET", &uri, Some(&token), None).await;
+                        (r, Instant::now())
+                    })
+                };
+                tokio::time::sleep(at).await;
+                let (s, v) = call(&app, "POST", &inbox, None, Some(json!({"type": "wake"}))).await;
+                let delivered = Instant::now();
+                assert_eq!(s, 202, "{v}");
+                let ((s, v), returned) = poll.await.unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(s, 200, "{v}");
+                assert_eq!(
+                    v["events"].as_array().map(Vec::len),
+                    Some(1),
+                    "the poll answers with the delivery: {v}"
+                );
+                after = v["next_cursor"].as_u64().unwrap_or(after);
+                delays.push(returned.saturating_duration_since(delivered));
+            }
+            delays
+        }));
+    }
+    let mut delays = Vec::new();
+    for t in tasks {
+        delays.extend(t.await.unwrap_or_else(|e| panic!("a delay lane: {e}")));
+    }
+    delays
 }
 
 #[cfg(test)]

@@ -41,13 +41,6 @@ pub(crate) const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 const CREATE_ATTEMPTS: u32 = 3;
 /// The largest create-address body we read.
 const CREATE_BODY_LIMIT: u64 = 16 * 1024;
-/// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
-/// first check 100 ms after the first read, each gap 1.25 times the last, at most 1.5 s. An
-/// event arriving in the first 2 s of a poll (a conversation in progress) is seen within
-/// 0.5 s; an idle 25 s poll costs 25 checks (29 DynamoDB requests in all, docs/COSTS.md).
-const POLL_BACKOFF_START: Duration = Duration::from_millis(100);
-const POLL_BACKOFF_GROWTH: f64 = 1.25;
-const POLL_BACKOFF_MAX: Duration = Duration::from_millis(1500);
 
 fn root_url(base: &str, address_id: &str) -> String {
     format!("{base}/api/v1/addresses/{address_id}")
@@ -477,7 +470,8 @@ async fn long_poll(
     let mut expiry_check = request_expiry.map(|e| Instant::now() + until(e));
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
     let mut shutdown = state.shutdown.clone();
-    let mut backoff = POLL_BACKOFF_START;
+    let checks = state.config.poll_checks;
+    let mut backoff = checks.first;
     // Counted in `agentaddress_long_polls_open` from its first wait to its answer.
     let mut waiting: Option<crate::metrics::Open> = None;
     loop {
@@ -539,7 +533,7 @@ async fn long_poll(
                     _ = tokio::time::sleep(nap) => {}
                     _ = shutdown.changed() => break,
                 }
-                backoff = backoff.mul_f64(POLL_BACKOFF_GROWTH).min(POLL_BACKOFF_MAX);
+                backoff = backoff.mul_f64(checks.growth).min(checks.max);
                 if Instant::now() >= deadline || *shutdown.borrow() {
                     // Nothing was there at the last check: answer the empty page without
                     // reading again (the client's next poll, from the same cursor, sees

@@ -51,6 +51,43 @@ pub struct ApiConfig {
     /// SHA-256 (hex) of the operator's ingest secret; `None` turns the raw-MIME webhook door
     /// off (docs/API.md §10).
     pub email_ingest_secret_hash: Option<String>,
+    /// When a long poll re-checks a store without a wake-up signal (DynamoDB on Lambda).
+    pub poll_checks: PollChecks,
+}
+
+/// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
+/// first check `first` after the first read, each gap `growth` times the last, at most `max`.
+/// Each check is a cheap read of the address's sequence (`Store::feed_head_hint`), followed
+/// by a read of the feed only when it moved.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PollChecks {
+    pub first: std::time::Duration,
+    pub growth: f64,
+    pub max: std::time::Duration,
+}
+
+impl PollChecks {
+    /// The schedule: checks 100 ms after the first read, gaps growing 1.25× to 300 ms. An
+    /// event arriving at any moment of a poll is seen at most 300 ms (plus a read) later; an
+    /// idle 25 s poll costs about 85 checks (half a read unit each, docs/COSTS.md).
+    pub const DEFAULT: PollChecks = PollChecks {
+        first: std::time::Duration::from_millis(100),
+        growth: 1.25,
+        max: std::time::Duration::from_millis(300),
+    };
+    /// The schedule before 2026-12-02 (the gaps grew to 1.5 s): kept to benchmark against
+    /// (`agentaddress-costs`).
+    pub const SPARSE: PollChecks = PollChecks {
+        first: std::time::Duration::from_millis(100),
+        growth: 1.25,
+        max: std::time::Duration::from_millis(1500),
+    };
+}
+
+impl Default for PollChecks {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
 }
 
 impl From<&ServiceConfig> for ApiConfig {
@@ -63,6 +100,7 @@ impl From<&ServiceConfig> for ApiConfig {
                 .email_ingest_secret
                 .as_ref()
                 .map(|s| ids::hash_secret(s.expose())),
+            poll_checks: PollChecks::default(),
         }
     }
 }

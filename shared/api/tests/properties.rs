@@ -450,6 +450,7 @@ async fn app(limits: Limits) -> App {
         email_domain: "inbox.test".into(),
         limits,
         email_ingest_secret_hash: None,
+        poll_checks: Default::default(),
     };
     let router = api::router(AppState::new(Arc::new(store), config));
     let (status, _, created) = send(

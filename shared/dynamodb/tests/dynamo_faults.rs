@@ -602,6 +602,7 @@ async fn the_api_answers_201_204_after_dropped_responses_and_503_when_every_atte
             email_domain: "inbox.test".into(),
             limits: Limits::default(),
             email_ingest_secret_hash: None,
+            poll_checks: Default::default(),
         },
     ));
     let send = |method: Method, uri: String, token: Option<String>| {

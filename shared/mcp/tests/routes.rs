@@ -42,6 +42,7 @@ async fn endpoints_are_exactly_what_each_group_routes() {
         email_domain: "x.test".into(),
         limits: Limits::default(),
         email_ingest_secret_hash: None,
+        poll_checks: Default::default(),
     };
     let state = AppState::new(store, config);
     let mut seen = std::collections::BTreeSet::new();
@@ -99,6 +100,7 @@ async fn the_catch_all_answers_404_and_405_like_the_whole_router() {
         email_domain: "x.test".into(),
         limits: Limits::default(),
         email_ingest_secret_hash: None,
+        poll_checks: Default::default(),
     };
     let state = AppState::new(store, config);
     let whole = agentaddress_api::router(state.clone());

@@ -274,6 +274,7 @@ impl TestApp {
                 email_domain: "inbox.test".into(),
                 limits: limits.clone(),
                 email_ingest_secret_hash: None,
+                poll_checks: Default::default(),
             },
         )
         .with_clock(clock.clone());

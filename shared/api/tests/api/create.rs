@@ -422,6 +422,7 @@ fn colliding_app(collisions: u32) -> (axum::Router, Arc<CollidingStore>) {
             email_domain: "inbox.test".into(),
             limits: Limits::default(),
             email_ingest_secret_hash: None,
+            poll_checks: Default::default(),
         },
     );
     (api::router(state), store)
