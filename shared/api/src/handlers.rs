@@ -472,6 +472,8 @@ async fn long_poll(
     let mut shutdown = state.shutdown.clone();
     let checks = state.config.poll_checks;
     let mut backoff = checks.first;
+    // Whether the last check of the sequence failed (see below).
+    let mut hint_failed = false;
     // Counted in `agentaddress_long_polls_open` from its first wait to its answer.
     let mut waiting: Option<crate::metrics::Open> = None;
     loop {
@@ -535,13 +537,26 @@ async fn long_poll(
                 }
                 backoff = backoff.mul_f64(checks.growth).min(checks.max);
                 if Instant::now() >= deadline || *shutdown.borrow() {
+                    if hint_failed {
+                        // The last check said nothing: read the feed once more (the loop
+                        // above answers after it, errors included).
+                        break;
+                    }
                     // Nothing was there at the last check: answer the empty page without
                     // reading again (the client's next poll, from the same cursor, sees
                     // anything that arrived since). Liveness was checked by that check.
                     return Ok((page, None));
                 }
-                if store.feed_head_hint(address_id, state.clock.now()).await? > q.after {
-                    break;
+                // A check is only a hint: a store that is briefly unavailable (throttled, a
+                // dropped answer) delays the next look, it does not fail the whole wait.
+                match store.feed_head_hint(address_id, state.clock.now()).await {
+                    Ok(head) if head > q.after => break,
+                    Ok(_) => hint_failed = false,
+                    Err(crate::store::StoreError::Unavailable(why)) => {
+                        tracing::debug!(%why, "long-poll check failed; checking again later");
+                        hint_failed = true;
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             },
         }

@@ -949,3 +949,101 @@ async fn concurrent_writes_under_faults_apply_once_and_stay_gapless() {
         "the CAS writers raced: {counts:?}"
     );
 }
+
+/// A long poll's checks of the sequence are hints: one that fails every attempt (DynamoDB
+/// throttling the whole retry budget) delays the next look instead of failing the poll, which
+/// still answers 200 with the event delivered after it (docs/API.md §4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_poll_outlives_a_failed_check_and_answers_the_next_event() {
+    let rig = Rig::new(FaultConfig::passthrough(11)).await;
+    let app = api::router(AppState::new(
+        Arc::new(rig.faulty.clone()),
+        ApiConfig {
+            public_url: Some("http://agentaddress.test".into()),
+            email_domain: "inbox.test".into(),
+            limits: Limits::default(),
+            email_ingest_secret_hash: None,
+            poll_checks: Default::default(),
+        },
+    ));
+    let call = |method: Method, uri: String, token: Option<String>, body: Option<Value>| {
+        let app = app.clone();
+        async move {
+            let mut b = Request::builder().method(method).uri(uri);
+            if let Some(t) = token {
+                b = b.header("authorization", format!("Bearer {t}"));
+            }
+            let body = match body {
+                Some(v) => {
+                    b = b.header("content-type", "application/json");
+                    Body::from(v.to_string())
+                }
+                None => Body::empty(),
+            };
+            let resp = app
+                .oneshot(b.body(body).expect("request"))
+                .await
+                .expect("infallible");
+            let status = resp.status();
+            let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (status, created) = call(Method::POST, "/api/v1/addresses".into(), None, None).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["address"]["id"].as_str().expect("id").to_owned();
+    let token = created["credentials"]["read_token"]
+        .as_str()
+        .expect("read token")
+        .to_owned();
+
+    let poll = tokio::spawn(call(
+        Method::GET,
+        format!("/api/v1/addresses/{id}/events?after=0&wait=20"),
+        Some(token),
+        None,
+    ));
+    // The poll has read the empty feed and is checking; every attempt of the next check fails.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let before = rig.op("GetItem").failed_before;
+    rig.proxy
+        .push_rule(Rule::new("GetItem", Action::Throttling, SDK_MAX_ATTEMPTS));
+    let start = std::time::Instant::now();
+    while rig.op("GetItem").failed_before < before + u64::from(SDK_MAX_ATTEMPTS) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "the poll's checks never used up the injected failures: {:?}",
+            rig.op("GetItem")
+        );
+        assert!(
+            !poll.is_finished(),
+            "the poll ended before its check failed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let inbox = created["endpoints"]["inbox_url"]
+        .as_str()
+        .expect("inbox url")
+        .trim_start_matches("http://agentaddress.test")
+        .to_owned();
+    let (status, v) = call(
+        Method::POST,
+        inbox,
+        None,
+        Some(json!({"type": "after.the.failure"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    let (status, page) = poll.await.expect("poll task");
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a failed check does not fail the poll: {page}"
+    );
+    let events = page["events"].as_array().cloned().unwrap_or_default();
+    assert_eq!(events.len(), 1, "{page}");
+    assert_eq!(events[0]["type"], "after.the.failure");
+}
