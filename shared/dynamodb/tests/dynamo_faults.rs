@@ -91,6 +91,20 @@ impl Rig {
         }
     }
 
+    /// The HTTP API over the store through the proxy.
+    fn api(&self) -> axum::Router {
+        api::router(AppState::new(
+            Arc::new(self.faulty.clone()),
+            ApiConfig {
+                public_url: Some("http://agentaddress.test".into()),
+                email_domain: "inbox.test".into(),
+                limits: Limits::default(),
+                email_ingest_secret_hash: None,
+                poll_checks: Default::default(),
+            },
+        ))
+    }
+
     /// Every item of the address's partition, by sort key.
     async fn partition(&self, id: &str) -> BTreeMap<String, Item> {
         let mut items = BTreeMap::new();
@@ -595,16 +609,7 @@ async fn every_attempt_failing_is_unavailable_and_an_ambiguous_write_applies_at_
 #[tokio::test]
 async fn the_api_answers_201_204_after_dropped_responses_and_503_when_every_attempt_fails() {
     let rig = Rig::new(FaultConfig::passthrough(7)).await;
-    let app = api::router(AppState::new(
-        Arc::new(rig.faulty.clone()),
-        ApiConfig {
-            public_url: Some("http://agentaddress.test".into()),
-            email_domain: "inbox.test".into(),
-            limits: Limits::default(),
-            email_ingest_secret_hash: None,
-            poll_checks: Default::default(),
-        },
-    ));
+    let app = rig.api();
     let send = |method: Method, uri: String, token: Option<String>| {
         let app = app.clone();
         async move {
@@ -956,16 +961,7 @@ async fn concurrent_writes_under_faults_apply_once_and_stay_gapless() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_poll_outlives_a_failed_check_and_answers_the_next_event() {
     let rig = Rig::new(FaultConfig::passthrough(11)).await;
-    let app = api::router(AppState::new(
-        Arc::new(rig.faulty.clone()),
-        ApiConfig {
-            public_url: Some("http://agentaddress.test".into()),
-            email_domain: "inbox.test".into(),
-            limits: Limits::default(),
-            email_ingest_secret_hash: None,
-            poll_checks: Default::default(),
-        },
-    ));
+    let app = rig.api();
     let call = |method: Method, uri: String, token: Option<String>, body: Option<Value>| {
         let app = app.clone();
         async move {
