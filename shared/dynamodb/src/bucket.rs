@@ -64,20 +64,20 @@ pub const MAIL_PREFIX: &str = "mail/";
 
 /// Attempts per S3 request, retries included: the SDK's standard retry mode, which the bucket
 /// used before it had its own client. Only transient failures are retried (see [`Failure`]).
-pub const S3_MAX_ATTEMPTS: u32 = 3;
+const S3_MAX_ATTEMPTS: u32 = 3;
 
 /// First retry delay; each retry doubles it (full jitter), up to [`S3_MAX_BACKOFF`].
-pub const S3_INITIAL_BACKOFF: Duration = Duration::from_millis(200);
+const S3_INITIAL_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Longest delay between two attempts.
-pub const S3_MAX_BACKOFF: Duration = Duration::from_secs(2);
+const S3_MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Time to open a connection (TCP, and TLS over it) to S3.
-pub const S3_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const S3_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Time for one attempt at a request, its answer's body included: a 10 MB `PutObject` or
 /// `GetObject` (the largest message) fits with room to spare.
-pub const S3_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const S3_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a signature of one of our own requests is valid (S3 checks it on arrival).
 const REQUEST_SIGNATURE_TTL: Duration = Duration::from_secs(300);
@@ -108,9 +108,9 @@ const TRANSIENT_CODES: &[&str] = &[
 
 /// The email bucket and its S3 client.
 ///
-/// Not the AWS SDK's S3 client: that links `aws-smithy-checksums` and its CRC tables, about
-/// 0.6 MB of every zipped function that reaches the bucket (docs/PERFORMANCE.md, "Lambda
-/// mode"). Requests are signed (SigV4, in the query string), built and parsed by `rusty-s3`,
+/// Not the AWS SDK's S3 client: that one (with `aws-smithy-checksums` and `crc-fast`) made
+/// each function that reaches the bucket about 0.18 MB larger zipped (docs/PERFORMANCE.md,
+/// "The email bucket without the S3 SDK"). Requests are signed (SigV4, in the query string), built and parsed by `rusty-s3`,
 /// which does no I/O, and sent by hyper-util's client over hyper-rustls with *ring*: the HTTP
 /// stack the SDK's own client is made of, so the functions carry no second one.
 #[derive(Debug, Clone)]
