@@ -190,11 +190,15 @@ impl EmailBucket {
     /// otherwise virtual-hosted style at `https://{name}.s3.{region}.amazonaws.com`. A
     /// configuration without a region, or with an endpoint that is no URL, fails every request.
     pub fn new(sdk: &SdkConfig, name: impl Into<String>) -> Self {
-        let name = name.into();
-        let region = sdk.region().map(|r| r.as_ref().to_owned());
         let endpoint = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
             .iter()
             .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
+        Self::with_endpoint(sdk, name.into(), endpoint)
+    }
+
+    /// [`EmailBucket::new`] with the endpoint given (`None`: AWS's own).
+    fn with_endpoint(sdk: &SdkConfig, name: String, endpoint: Option<String>) -> Self {
+        let region = sdk.region().map(|r| r.as_ref().to_owned());
         let bucket = match (endpoint, region) {
             (Some(endpoint), region) => {
                 // Emulators take any region; the SDK would refuse to sign without one.
@@ -726,5 +730,52 @@ mod tests {
             mail_key("addr_1", "eml_2"),
             "every write is a new object"
         );
+    }
+
+    /// Without an emulator's endpoint: virtual-hosted style on S3's regional HTTPS endpoint,
+    /// with the key's path encoded segment by segment and the session token in the URL.
+    #[tokio::test]
+    async fn on_aws_the_bucket_is_virtual_hosted_on_its_region() {
+        let sdk = SdkConfig::builder()
+            .region(aws_types::region::Region::new("eu-west-3"))
+            .credentials_provider(SharedCredentialsProvider::new(
+                aws_credential_types::Credentials::new(
+                    "AKID",
+                    "secret",
+                    Some("tok".into()),
+                    None,
+                    "t",
+                ),
+            ))
+            .build();
+        let bucket = EmailBucket::with_endpoint(&sdk, "agentaddress-email".into(), None);
+        let url = bucket
+            .download_url(
+                "mail/a b/c+d",
+                "text/plain",
+                "inline",
+                Duration::from_secs(60),
+            )
+            .await
+            .expect("presign");
+        assert!(
+            url.starts_with(
+                "https://agentaddress-email.s3.eu-west-3.amazonaws.com/mail/a%20b/c%2Bd?"
+            ),
+            "{url}"
+        );
+        assert!(url.contains("X-Amz-Credential=AKID%2F"), "{url}");
+        assert!(url.contains("%2Feu-west-3%2Fs3%2Faws4_request"), "{url}");
+        assert!(url.contains("X-Amz-Security-Token=tok"), "{url}");
+        assert!(
+            url.contains("response-cache-control=private%2C%20no-store"),
+            "{url}"
+        );
+        // No region and no endpoint: an error on use, not a panic.
+        let nowhere = EmailBucket::with_endpoint(&SdkConfig::builder().build(), "b".into(), None);
+        assert!(matches!(
+            nowhere.get("k", 1).await,
+            Err(StoreError::Internal(e)) if e.contains("region")
+        ));
     }
 }
