@@ -75,6 +75,15 @@ async fn backoff(attempt: u32) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
+/// Full jitter: a random delay up to `initial` × 2^`attempt`, at most `max` (the SDK's
+/// standard retry mode; the email bucket's retries use it).
+pub(crate) async fn jittered_backoff(attempt: u32, initial: Duration, max: Duration) {
+    let cap = initial.saturating_mul(1 << attempt.min(16)).min(max);
+    let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX).max(1);
+    let ms = rand::thread_rng().gen_range(1..=ms);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
 /// Sends a non-transactional write again (with jitter) while DynamoDB rejects it with
 /// `TransactionConflictException`: an append transaction held the item, and the write did not
 /// apply. Only for writes that are safe to repeat (see the module docs).
