@@ -20,7 +20,6 @@ use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::{ProvideCredentials, SharedCredentialsProvider};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use rusty_s3::actions::{ListObjectsV2, ObjectIdentifier, S3Action};
 use rusty_s3::UrlStyle;
@@ -130,7 +129,7 @@ struct S3 {
     http: OnceLock<HttpClient>,
 }
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = Client<crate::http::Https, Full<Bytes>>;
 
 impl std::fmt::Debug for S3 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -237,30 +236,7 @@ fn bucket_at(
 /// The HTTPS (and, for emulators, HTTP) client: HTTP/1.1, rustls with *ring* and the system's
 /// root certificates (as the SDK's client), a connect timeout.
 fn http_client() -> Result<HttpClient, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = match hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_native_roots(provider.clone())
-    {
-        Ok(builder) => builder,
-        Err(e) => {
-            // As the SDK's client: a warning, then every HTTPS request fails its handshake.
-            tracing::warn!("no root certificates for S3: {e}");
-            let config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS configuration: {e}"))?
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth();
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
-        }
-    };
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(S3_CONNECT_TIMEOUT));
-    http.set_nodelay(true);
-    let connector = tls.https_or_http().enable_http1().wrap_connector(http);
-    Ok(Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(20))
-        .build(connector))
+    crate::http::https_connector(Some(S3_CONNECT_TIMEOUT)).map(crate::http::client)
 }
 
 /// Why one attempt at a request failed.

@@ -75,13 +75,10 @@ impl AwsConfig {
     }
 }
 
-/// The SDK's HTTPS client: rustls with *ring* (the SDK's default would link aws-lc, about 1 MB
-/// more in every Lambda function).
+/// The SDK's HTTPS client: HTTP/1.1 with rustls and *ring* (crate::http: the SDK's default
+/// would link aws-lc, about 1 MB more in every Lambda function, and its own client HTTP/2).
 fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
-    use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https()
+    crate::http::sdk_http_client()
 }
 
 /// The AWS SDK configuration of `serve` and the tools: region, credentials and endpoints from
