@@ -40,6 +40,10 @@ async fn work(args: PurgeArgs) -> ExitCode {
     };
     let sdk = agentaddress_dynamodb::sdk_config().await;
     let mut store = args.aws.store_with(&sdk, args.service.tombstone_seconds);
+    // A purge that needs more steps sends its address to the queue again.
+    if let Some(queue) = args.aws.purge_queue_with(&sdk) {
+        store = store.with_purge_queue(queue);
+    }
     if let Some(bucket) = args.aws.email_bucket_with(&sdk) {
         store = store.with_email_bucket(bucket);
     }

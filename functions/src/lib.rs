@@ -10,7 +10,7 @@ use agentaddress_api::routes::Shape;
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
-use agentaddress_dynamodb::{handle_purge_message, DynamoStore, MessageBucket};
+use agentaddress_dynamodb::{handle_purge_message, DynamoStore, MessageBucket, PurgeQueue};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
@@ -50,10 +50,24 @@ type Bucket = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dy
 /// The email bucket of the configuration (`AGENTADDRESS_EMAIL_BUCKET`).
 const MAIL: Bucket = AwsConfig::email_bucket_with;
 
-async fn store(service: &ServiceConfig, bucket: Option<Bucket>) -> Result<DynamoStore, Error> {
+/// What gives the store its purge queue: [`PURGES`] in the functions that delete or purge
+/// addresses, `None` in the others, so that only those link the SQS client.
+type Queue = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn PurgeQueue>>;
+
+/// The purge queue of the configuration (`AGENTADDRESS_PURGE_QUEUE_URL`).
+const PURGES: Queue = AwsConfig::purge_queue_with;
+
+async fn store(
+    service: &ServiceConfig,
+    bucket: Option<Bucket>,
+    purges: Option<Queue>,
+) -> Result<DynamoStore, Error> {
     let aws = AwsConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let sdk = agentaddress_dynamodb::lambda_sdk_config().await;
-    let store = aws.store_with(&sdk, service.tombstone_seconds);
+    let mut store = aws.store_with(&sdk, service.tombstone_seconds);
+    if let Some(queue) = purges.and_then(|q| q(&aws, &sdk)) {
+        store = store.with_purge_queue(queue);
+    }
     Ok(match bucket.and_then(|b| b(&aws, &sdk)) {
         Some(bucket) => store.with_email_bucket(bucket),
         None => store,
@@ -63,13 +77,19 @@ async fn store(service: &ServiceConfig, bucket: Option<Bucket>) -> Result<Dynamo
 /// Serves `groups` of the API as this Lambda function. A binary names the `static` of its own
 /// groups (`agentaddress_api::routes::groups`), so it links no other group's handlers.
 pub async fn run_http(groups: &[&'static Routes]) -> Result<(), Error> {
-    serve_http(groups, None, &[], None).await
+    serve_http(groups, None, &[], None, None).await
+}
+
+/// [`run_http`] for routes that delete addresses (the `address` function): the store gets the
+/// purge queue, and a deleted address's items are purged.
+pub async fn run_http_deleting(groups: &[&'static Routes]) -> Result<(), Error> {
+    serve_http(groups, None, &[], None, Some(PURGES)).await
 }
 
 /// [`run_http`] for routes that read stored mail (the `email-api` function): the store gets the
 /// email bucket.
 pub async fn run_http_reading_mail(groups: &[&'static Routes]) -> Result<(), Error> {
-    serve_http(groups, None, &[], Some(MAIL)).await
+    serve_http(groups, None, &[], Some(MAIL), None).await
 }
 
 /// [`run_http`], with what serves the MCP group (only the `mcp` function passes it, so only
@@ -81,7 +101,7 @@ pub async fn run_http_with(
     mcp: Option<api::McpRoute>,
     others: &[Shape],
 ) -> Result<(), Error> {
-    serve_http(groups, mcp, others, None).await
+    serve_http(groups, mcp, others, None, None).await
 }
 
 async fn serve_http(
@@ -89,10 +109,11 @@ async fn serve_http(
     mcp: Option<api::McpRoute>,
     others: &[Shape],
     bucket: Option<Bucket>,
+    purges: Option<Queue>,
 ) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = store(&service, bucket).await?;
+    let store = store(&service, bucket, purges).await?;
     let router = api::router_of(groups, http_state(Arc::new(store), &service), mcp, others);
     let app = tower::ServiceBuilder::new()
         .map_request(|mut req: lambda_http::Request| {
@@ -127,8 +148,9 @@ pub const PURGE_STEPS_PER_MESSAGE: usize = 8;
 pub async fn run_purge() -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    // Purging an address removes its stored messages too.
-    let store = Arc::new(store(&service, Some(MAIL)).await?);
+    // Purging an address removes its stored messages too; a purge that needs more steps sends
+    // its address to the queue again.
+    let store = Arc::new(store(&service, Some(MAIL), Some(PURGES)).await?);
     metrics_cloudwatch_embedded::lambda::service::run(
         init_metrics()?,
         lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| {
@@ -163,7 +185,7 @@ pub async fn purge_batch(store: &DynamoStore, batch: SqsEvent) -> SqsBatchRespon
 pub async fn run_email() -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = Arc::new(store(&service, Some(MAIL)).await?);
+    let store = Arc::new(store(&service, Some(MAIL), None).await?);
     if store.email_bucket().is_none() {
         return Err("configuration: AGENTADDRESS_EMAIL_BUCKET is not set".into());
     }

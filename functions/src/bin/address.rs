@@ -5,5 +5,5 @@ use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http(&[&groups::ADDRESS]).await
+    agentaddress_functions::run_http_deleting(&[&groups::ADDRESS]).await
 }

@@ -4,7 +4,7 @@ use aws_config::SdkConfig;
 
 use std::sync::Arc;
 
-use crate::{DynamoStore, EmailBucket, MessageBucket, PurgeQueue};
+use crate::{DynamoStore, EmailBucket, MessageBucket, PurgeQueue, SqsPurgeQueue};
 
 /// Where the DynamoDB deployment keeps its data.
 #[derive(Debug, Clone, clap::Args)]
@@ -43,11 +43,26 @@ impl AwsConfig {
     /// ([`client_config`](crate::client_config)).
     pub async fn store(&self, tombstone_seconds: u64) -> DynamoStore {
         let sdk = sdk_config().await;
-        let store = self.store_with(&sdk, tombstone_seconds);
+        let mut store = self.store_with(&sdk, tombstone_seconds);
+        if let Some(queue) = self.purge_queue_with(&sdk) {
+            store = store.with_purge_queue(queue);
+        }
         match self.email_bucket_with(&sdk) {
             Some(bucket) => store.with_email_bucket(bucket),
             None => store,
         }
+    }
+
+    /// The configured purge queue (`None` without `AGENTADDRESS_PURGE_QUEUE_URL`), with an SQS
+    /// client of `sdk`. Only what calls it links the SQS client: a Lambda function that never
+    /// deletes or purges an address never does.
+    pub fn purge_queue_with(&self, sdk: &SdkConfig) -> Option<Arc<dyn PurgeQueue>> {
+        self.purge_queue_url.as_ref().map(|url| {
+            Arc::new(SqsPurgeQueue {
+                client: aws_sdk_sqs::Client::new(sdk),
+                queue_url: url.clone(),
+            }) as Arc<dyn PurgeQueue>
+        })
     }
 
     /// The configured email bucket (`None` without `AGENTADDRESS_EMAIL_BUCKET`), with an S3
@@ -64,14 +79,7 @@ impl AwsConfig {
     /// [`DynamoStore::with_email_bucket`]), with SDK clients of `sdk` (a Lambda function passes
     /// [`lambda_sdk_config`]).
     pub fn store_with(&self, sdk: &SdkConfig, tombstone_seconds: u64) -> DynamoStore {
-        let store = DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds);
-        match &self.purge_queue_url {
-            Some(url) => store.with_purge_queue(PurgeQueue {
-                client: aws_sdk_sqs::Client::new(sdk),
-                queue_url: url.clone(),
-            }),
-            None => store,
-        }
+        DynamoStore::new(DynamoStore::client(sdk), &self.table, tombstone_seconds)
     }
 }
 

@@ -100,7 +100,7 @@ pub use email::{DOWNLOAD_LINK_TTL, INLINE_DOWNLOAD_MAX, MAX_OBJECT_BYTES};
 pub use http::sdk_http_client;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
-pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue};
+pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue};
 pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 
 use std::collections::HashMap;
@@ -126,7 +126,7 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     tombstone_ms: i64,
-    purge: Option<PurgeQueue>,
+    purge: Option<Arc<dyn PurgeQueue>>,
     bucket: Option<Arc<dyn MessageBucket>>,
     metrics: Arc<Metrics>,
 }
@@ -151,7 +151,7 @@ impl DynamoStore {
     }
 
     /// Sends deleted addresses to `queue` for purging.
-    pub fn with_purge_queue(mut self, queue: PurgeQueue) -> Self {
+    pub fn with_purge_queue(mut self, queue: Arc<dyn PurgeQueue>) -> Self {
         self.purge = Some(queue);
         self
     }

@@ -12,11 +12,35 @@ use crate::requests::{entry_request_id, request_key};
 use crate::store::{StoreError, StoreResult};
 use crate::{DynamoStore, Item};
 
-/// Where DELETE sends the address to purge.
+/// Where DELETE sends the address to purge. A trait object, so that only the programs that
+/// delete addresses or purge them ([`crate::AwsConfig::purge_queue_with`]: the `address` and
+/// `purge` functions, `agentaddress purge-worker`, the tools) link the SQS client; every other
+/// Lambda function stays without it (docs/PERFORMANCE.md, "Lambda mode").
+#[async_trait::async_trait]
+pub trait PurgeQueue: std::fmt::Debug + Send + Sync {
+    /// Sends `message`; [`StoreError::Unavailable`] when the queue did not take it.
+    async fn send(&self, message: &PurgeMessage) -> StoreResult<()>;
+}
+
+/// The SQS purge queue.
 #[derive(Debug, Clone)]
-pub struct PurgeQueue {
+pub struct SqsPurgeQueue {
     pub client: aws_sdk_sqs::Client,
     pub queue_url: String,
+}
+
+#[async_trait::async_trait]
+impl PurgeQueue for SqsPurgeQueue {
+    async fn send(&self, message: &PurgeMessage) -> StoreResult<()> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(message.to_body())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| StoreError::Unavailable(format!("SendMessage: {e:?}")))
+    }
 }
 
 /// What one purge step did.
@@ -191,14 +215,7 @@ impl DynamoStore {
         let Some(q) = &self.purge else {
             return Ok(());
         };
-        q.client
-            .send_message()
-            .queue_url(&q.queue_url)
-            .message_body(PurgeMessage::new(id).to_body())
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| StoreError::Unavailable(format!("SendMessage: {e:?}")))
+        q.send(&PurgeMessage::new(id)).await
     }
 }
 

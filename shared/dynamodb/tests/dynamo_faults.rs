@@ -19,7 +19,7 @@ use agentaddress_api::{self as api, ApiConfig, AppState};
 use agentaddress_core::domain::{ids, Ingress, Limits, Millis};
 use agentaddress_core::store::conformance::T0;
 use agentaddress_core::store::{IdempotencyClaim, NewAddress, NewEvent, Store, StoreError};
-use agentaddress_dynamodb::{client_config, DynamoStore, PurgeQueue, SDK_MAX_ATTEMPTS};
+use agentaddress_dynamodb::{client_config, DynamoStore, SqsPurgeQueue, SDK_MAX_ATTEMPTS};
 use agentaddress_faultproxy::{Action, FaultConfig, FaultProxy, Rule, Stats};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
@@ -417,10 +417,10 @@ async fn a_dropped_delete_is_ours_and_still_purges() {
         .expect("create a queue on the SQS emulator")
         .queue_url
         .expect("queue URL");
-    let store = rig.faulty.clone().with_purge_queue(PurgeQueue {
+    let store = rig.faulty.clone().with_purge_queue(Arc::new(SqsPurgeQueue {
         client: sqs.clone(),
         queue_url: queue_url.clone(),
-    });
+    }));
     let a = rig.new_address().await;
     let now = T0 + 5_000;
 
