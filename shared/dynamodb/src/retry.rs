@@ -69,14 +69,18 @@ where
     ))
 }
 
+/// The append and conflict retries' delay: full jitter from 5 ms, at most 250 ms.
 async fn backoff(attempt: u32) {
-    let cap = 5u64.saturating_mul(1 << attempt.min(6)).min(250);
-    let ms = rand::thread_rng().gen_range(1..=cap);
-    tokio::time::sleep(Duration::from_millis(ms)).await;
+    jittered_backoff(
+        attempt,
+        Duration::from_millis(5),
+        Duration::from_millis(250),
+    )
+    .await;
 }
 
 /// Full jitter: a random delay up to `initial` × 2^`attempt`, at most `max` (the SDK's
-/// standard retry mode; the email bucket's retries use it).
+/// standard retry mode; the email bucket's retries and [`backoff`] use it).
 pub(crate) async fn jittered_backoff(attempt: u32, initial: Duration, max: Duration) {
     let cap = initial.saturating_mul(1 << attempt.min(16)).min(max);
     let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX).max(1);
