@@ -95,7 +95,10 @@ pub const CLIENT_CODES: &[(&str, u8)] = &[
 /// The exit code of an API error code (docs/API.md §9).
 pub fn exit_code_for_api(code: ErrorCode) -> u8 {
     match code {
-        ErrorCode::InvalidRequest => exit::USAGE,
+        ErrorCode::InvalidRequest
+        | ErrorCode::InvalidCode
+        | ErrorCode::CodeExpired
+        | ErrorCode::ContactNotConfirmed => exit::USAGE,
         ErrorCode::NotFound | ErrorCode::AttachmentUnavailable => exit::NOT_FOUND,
         ErrorCode::Unauthorized | ErrorCode::AddressGone => exit::AUTH,
         ErrorCode::RevisionConflict
@@ -103,6 +106,7 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         | ErrorCode::QuotaExceeded
         | ErrorCode::RequestClosed => exit::CONFLICT,
         ErrorCode::RateLimited | ErrorCode::Unavailable => exit::RETRY,
+        ErrorCode::OutboundNotConfigured => exit::OTHER,
         ErrorCode::MethodNotAllowed
         | ErrorCode::RequestTimeout
         | ErrorCode::PayloadTooLarge

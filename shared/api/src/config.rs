@@ -83,6 +83,16 @@ pub struct ServiceConfig {
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub max_open_requests: u64,
 
+    /// Contacts an address may have for outbound email (more: 409 quota_exceeded).
+    #[arg(long, env = "AGENTADDRESS_MAX_CONTACTS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub max_contacts: u64,
+
+    /// Emails an address may send per UTC day (more: 429 rate_limited).
+    #[arg(long, env = "AGENTADDRESS_SENDS_PER_DAY", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub sends_per_day: u64,
+
     /// Turns on the raw-MIME webhook door (`POST /api/v1/email/inbound`): relays present this
     /// secret as `Authorization: Bearer …`. At least 16 characters. Never logged.
     #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET", value_parser = parse_ingest_secret,
@@ -145,6 +155,8 @@ impl ServiceConfig {
             max_stored_email_bytes: self.max_stored_email_bytes,
             max_email_recipients: self.max_email_recipients,
             max_open_requests: self.max_open_requests,
+            max_contacts: self.max_contacts,
+            sends_per_day: self.sends_per_day,
         }
     }
 }

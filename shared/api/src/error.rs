@@ -36,11 +36,19 @@ pub enum ErrorCode {
     RequestClosed,
     /// docs/API.md §15: a delivery to an address that refuses unverified ones did not verify.
     SignatureInvalid,
+    /// docs/API.md §16: a wrong confirmation code (tries counted), or one with no tries left.
+    InvalidCode,
+    /// docs/API.md §16: the confirmation code has expired; ask for a new one.
+    CodeExpired,
+    /// docs/API.md §16: a send to an address that is not a confirmed contact.
+    ContactNotConfirmed,
+    /// docs/API.md §16: this deployment has no sender and relay configured.
+    OutboundNotConfigured,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 23] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -60,6 +68,10 @@ impl ErrorCode {
         ErrorCode::AttachmentUnavailable,
         ErrorCode::RequestClosed,
         ErrorCode::SignatureInvalid,
+        ErrorCode::InvalidCode,
+        ErrorCode::CodeExpired,
+        ErrorCode::ContactNotConfirmed,
+        ErrorCode::OutboundNotConfigured,
     ];
 
     /// The code on the wire (`error.code`).
@@ -84,6 +96,10 @@ impl ErrorCode {
             Self::AttachmentUnavailable => "attachment_unavailable",
             Self::RequestClosed => "request_closed",
             Self::SignatureInvalid => "signature_invalid",
+            Self::InvalidCode => "invalid_code",
+            Self::CodeExpired => "code_expired",
+            Self::ContactNotConfirmed => "contact_not_confirmed",
+            Self::OutboundNotConfigured => "outbound_not_configured",
         }
     }
 
@@ -104,14 +120,15 @@ impl ErrorCode {
             | Self::QuotaExceeded
             | Self::StateLimitExceeded
             | Self::RequestClosed => StatusCode::CONFLICT,
-            Self::AddressGone | Self::AttachmentUnavailable => StatusCode::GONE,
+            Self::AddressGone | Self::AttachmentUnavailable | Self::CodeExpired => StatusCode::GONE,
+            Self::ContactNotConfirmed => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::IdempotencyKeyReused | Self::InvalidCode => StatusCode::UNPROCESSABLE_ENTITY,
             Self::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::NotSupported => StatusCode::NOT_IMPLEMENTED,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::OutboundNotConfigured => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -158,6 +175,17 @@ impl ErrorCode {
             Self::SignatureInvalid => {
                 "The delivery's webhook signature did not verify; nothing was recorded."
             }
+            Self::InvalidCode => "The confirmation code is wrong.",
+            Self::CodeExpired => {
+                "The confirmation code has expired; ask for a new one (POST the email alone)."
+            }
+            Self::ContactNotConfirmed => {
+                "The recipient is not a confirmed contact of this address: add it with \
+                 POST {root}/email/contacts and confirm it with the code mailed to it."
+            }
+            Self::OutboundNotConfigured => {
+                "This deployment sends no email: its operator has configured no sender and relay."
+            }
         }
     }
 }
@@ -194,6 +222,9 @@ pub enum ApiError {
     /// `quota_exceeded` for requests for a person: the address has its most open requests.
     #[error("open requests quota exceeded")]
     OpenRequestsFull,
+    /// `quota_exceeded` for outbound email: the address has its most contacts.
+    #[error("contacts quota exceeded")]
+    ContactsFull,
     #[error("request closed")]
     RequestClosed,
     #[error("state limit exceeded")]
@@ -221,6 +252,21 @@ pub enum ApiError {
     /// `timestamp_out_of_tolerance`.
     #[error("signature invalid: {reason}")]
     SignatureInvalid { reason: &'static str },
+    /// docs/API.md §16: `tries_left` of this code remain.
+    #[error("invalid code")]
+    InvalidCode { tries_left: u32 },
+    #[error("code expired")]
+    CodeExpired,
+    #[error("contact not confirmed")]
+    ContactNotConfirmed,
+    #[error("outbound not configured")]
+    OutboundNotConfigured,
+    /// `rate_limited` for a daily limit of docs/API.md §16, with its own message.
+    #[error("{message}")]
+    DailyLimit {
+        retry_after: u64,
+        message: &'static str,
+    },
 }
 
 impl ApiError {
@@ -240,9 +286,10 @@ impl ApiError {
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
             Self::RevisionConflict { .. } => ErrorCode::RevisionConflict,
-            Self::QuotaExceeded | Self::EmailStorageFull | Self::OpenRequestsFull => {
-                ErrorCode::QuotaExceeded
-            }
+            Self::QuotaExceeded
+            | Self::EmailStorageFull
+            | Self::OpenRequestsFull
+            | Self::ContactsFull => ErrorCode::QuotaExceeded,
             Self::RequestClosed => ErrorCode::RequestClosed,
             Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
@@ -251,7 +298,11 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
             Self::NotSupported(_) => ErrorCode::NotSupported,
             Self::IdempotencyKeyReused => ErrorCode::IdempotencyKeyReused,
-            Self::RateLimited { .. } => ErrorCode::RateLimited,
+            Self::RateLimited { .. } | Self::DailyLimit { .. } => ErrorCode::RateLimited,
+            Self::InvalidCode { .. } => ErrorCode::InvalidCode,
+            Self::CodeExpired => ErrorCode::CodeExpired,
+            Self::ContactNotConfirmed => ErrorCode::ContactNotConfirmed,
+            Self::OutboundNotConfigured => ErrorCode::OutboundNotConfigured,
             Self::Internal(_) => ErrorCode::Internal,
             Self::Unavailable(_) => ErrorCode::Unavailable,
             Self::SignatureInvalid { .. } => ErrorCode::SignatureInvalid,
@@ -280,13 +331,23 @@ impl ApiError {
             Self::OpenRequestsFull => "This address has its most open requests for a person; \
                  one must be answered or expire first."
                 .into(),
+            Self::ContactsFull => "This address has its most contacts.".into(),
+            Self::InvalidCode { tries_left: 0 } => "The confirmation code is wrong, and this \
+                 code has no tries left: ask for a new one (POST the email alone)."
+                .into(),
+            Self::InvalidCode { tries_left } => {
+                format!("The confirmation code is wrong; {tries_left} more tries of this code.")
+            }
+            Self::DailyLimit { message, .. } => (*message).into(),
             _ => self.error_code().default_message().into(),
         }
     }
 
     fn retry_after(&self) -> Option<u64> {
         match self {
-            Self::RateLimited { retry_after } => Some(*retry_after),
+            Self::RateLimited { retry_after } | Self::DailyLimit { retry_after, .. } => {
+                Some(*retry_after)
+            }
             Self::Unavailable(_) => Some(1),
             _ => None,
         }
@@ -307,6 +368,13 @@ impl From<StoreError> for ApiError {
             StoreError::AddressExists => Self::Internal("address id collision".into()),
             StoreError::EmailStorageFull => Self::EmailStorageFull,
             StoreError::EmailUnavailable => Self::AttachmentUnavailable,
+            StoreError::ContactNotConfirmed => Self::ContactNotConfirmed,
+            StoreError::DailyLimit {
+                retry_after_seconds,
+            } => Self::DailyLimit {
+                retry_after: retry_after_seconds,
+                message: "A daily limit of this address is reached; it resets at 00:00 UTC.",
+            },
             StoreError::NotSupported(what) => {
                 Self::NotSupported(format!("This deployment does not support {what} yet."))
             }
@@ -336,8 +404,11 @@ impl IntoResponse for ApiError {
             Self::RevisionConflict { current } => {
                 error.insert("current_revision".into(), json!(current));
             }
-            Self::RateLimited { retry_after } => {
+            Self::RateLimited { retry_after } | Self::DailyLimit { retry_after, .. } => {
                 error.insert("retry_after_seconds".into(), json!(retry_after));
+            }
+            Self::InvalidCode { tries_left } => {
+                error.insert("tries_left".into(), json!(tries_left));
             }
             Self::SignatureInvalid { reason } => {
                 error.insert("reason".into(), json!(reason));
@@ -414,6 +485,10 @@ mod tests {
             ApiError::NotSupported("x".into()),
             ApiError::IdempotencyKeyReused,
             ApiError::RateLimited { retry_after: 1 },
+            ApiError::InvalidCode { tries_left: 2 },
+            ApiError::CodeExpired,
+            ApiError::ContactNotConfirmed,
+            ApiError::OutboundNotConfigured,
             ApiError::Internal("secret detail".into()),
             ApiError::Unavailable("secret detail".into()),
         ];

@@ -22,6 +22,7 @@ use crate::domain::{ids, Ingress};
 use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
 
 pub use crate::email_routes::*;
+pub use crate::outbound_routes::*;
 pub use crate::pages::{
     __path_inbox_css, __path_inbox_js, __path_inbox_page, __path_llms_full_txt, __path_well_known,
     inbox_css, inbox_js, inbox_page, llms_full_txt, well_known,

@@ -5,7 +5,7 @@
 //! [`router_with`].
 #![forbid(unsafe_code)]
 
-pub use agentaddress_core::{domain, metrics, store};
+pub use agentaddress_core::{domain, metrics, relay, store};
 
 pub mod config;
 pub mod dto;
@@ -15,6 +15,8 @@ pub mod extract;
 mod handlers;
 pub mod hygiene;
 pub mod openapi;
+pub mod outbound;
+mod outbound_routes;
 pub mod page_budget;
 pub mod pages;
 pub mod request;
@@ -118,6 +120,8 @@ pub struct AppState {
     /// How event streams behave; `None` where they cannot be served (the Lambda functions:
     /// API Gateway buffers whole answers), and the route answers 501 (docs/API.md §14).
     pub streams: Option<stream::StreamSettings>,
+    /// Outbound email's sender, relay and delivery (docs/API.md §16); `None`: not configured.
+    pub outbound: Option<Arc<outbound::Outbound>>,
 }
 
 impl AppState {
@@ -132,7 +136,14 @@ impl AppState {
             shutdown: rx,
             page_budget: None,
             streams: Some(stream::StreamSettings::default()),
+            outbound: None,
         }
+    }
+
+    /// Outbound email through `outbound` (docs/API.md §16).
+    pub fn with_outbound(mut self, outbound: Option<Arc<outbound::Outbound>>) -> Self {
+        self.outbound = outbound;
+        self
     }
 
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {

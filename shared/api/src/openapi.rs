@@ -193,6 +193,37 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
             "answer_request",
             &[NotFound, QuotaExceeded, RequestClosed, PayloadTooLarge],
         ),
+        ("list_contacts", &[Unauthorized, AddressGone]),
+        (
+            "add_contact",
+            &[
+                Unauthorized,
+                NotFound,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                RateLimited,
+                InvalidCode,
+                CodeExpired,
+                OutboundNotConfigured,
+            ],
+        ),
+        (
+            "send_email",
+            &[
+                Unauthorized,
+                NotFound,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                IdempotencyKeyReused,
+                RateLimited,
+                ContactNotConfirmed,
+                OutboundNotConfigured,
+            ],
+        ),
     ]
 };
 
@@ -457,7 +488,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 31);
+        assert_eq!(operations, 34);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -44,10 +44,12 @@ pub enum RouteGroup {
     /// `POST {root}/requests`, `GET {root}/requests/{request_id}`, the person's page
     /// `GET`/`POST /r/{request_id}/{secret}` and its stylesheet (docs/API.md §12).
     Requests,
+    /// `GET`, `POST {root}/email/contacts`, `POST {root}/email/send` (docs/API.md §16).
+    Outbound,
 }
 
 impl RouteGroup {
-    pub const ALL: [RouteGroup; 9] = [
+    pub const ALL: [RouteGroup; 10] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -57,10 +59,11 @@ impl RouteGroup {
         RouteGroup::Mcp,
         RouteGroup::Email,
         RouteGroup::Requests,
+        RouteGroup::Outbound,
     ];
 
     /// The groups of the HTTP API, which `/openapi.json` describes: all but MCP.
-    pub const REST: [RouteGroup; 8] = [
+    pub const REST: [RouteGroup; 9] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -69,6 +72,7 @@ impl RouteGroup {
         RouteGroup::Service,
         RouteGroup::Email,
         RouteGroup::Requests,
+        RouteGroup::Outbound,
     ];
 
     /// The groups a Lambda function serves (`template.yaml` has one function for each).
@@ -102,6 +106,7 @@ impl RouteGroup {
             RouteGroup::Mcp => &groups::MCP,
             RouteGroup::Email => &groups::EMAIL,
             RouteGroup::Requests => &groups::REQUESTS,
+            RouteGroup::Outbound => &groups::OUTBOUND,
         }
     }
 
@@ -308,6 +313,7 @@ route_table! {
     Service SERVICE "service" [healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
     Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css]
+    Outbound OUTBOUND "outbound" [list_contacts, add_contact, send_email]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []
 }

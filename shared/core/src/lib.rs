@@ -6,4 +6,5 @@
 
 pub mod domain;
 pub mod metrics;
+pub mod relay;
 pub mod store;

@@ -18,6 +18,19 @@ pub(crate) fn append_in_tx(
 ) -> StoreResult<EventRef> {
     let seq = address.last_sequence + 1;
     check_quota(conn, &address.id, seq, limits, now)?;
+    append_over_quota(conn, address, event, limits, now)
+}
+
+/// Appends the next event of `address` without the feed quota: only for the one report a
+/// send's earlier append left room for (docs/API.md §16, `email.send_failed`).
+pub(crate) fn append_over_quota(
+    conn: &Connection,
+    address: &AddressRecord,
+    event: &NewEvent,
+    limits: &Limits,
+    now: Millis,
+) -> StoreResult<EventRef> {
+    let seq = address.last_sequence + 1;
     let id = ids::new_event_id(seq);
     let expires_at = limits.event_expiry(now, address.expires_at);
     conn.prepare_cached(
@@ -46,7 +59,7 @@ pub(crate) fn append_in_tx(
 }
 
 /// The feed quota of `rules::quota` for appending `seq`.
-fn check_quota(
+pub(crate) fn check_quota(
     conn: &Connection,
     address_id: &str,
     seq: u64,

@@ -31,6 +31,7 @@ mod backup;
 mod connections;
 mod email;
 mod events;
+mod outbound;
 mod purge;
 mod rate_limit;
 mod requests;
@@ -51,8 +52,9 @@ use crate::connections::Job;
 use crate::domain::{Limits, Millis};
 use crate::rows::sql_err;
 use crate::store::{
-    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Event, EventPage,
-    FeedSignal, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
+    CreatedRequest, Event, EventPage, FeedSignal, IdempotencyClaim, NewAddress, NewCode, NewEmail,
+    NewEvent, NewRequest, NewSend, RequestRecord, SendOutcome, SendRecord, SendRecorded,
     StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
     StoredEmail, SweepReport, Usage,
 };
@@ -266,6 +268,67 @@ impl Store for SqliteStore {
 
     async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
         self.expire_requests_impl(id, limits, now).await
+    }
+
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
+        self.list_contacts_impl(id, now).await
+    }
+
+    async fn issue_contact_code(
+        &self,
+        id: &str,
+        code: NewCode,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CodeIssued> {
+        self.issue_contact_code_impl(id, code, limits, now).await
+    }
+
+    async fn check_contact_code(
+        &self,
+        id: &str,
+        email: &str,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<CodeCheck> {
+        self.check_contact_code_impl(id, email, code_hash, now)
+            .await
+    }
+
+    async fn record_send(
+        &self,
+        id: &str,
+        send: NewSend,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<SendRecorded> {
+        self.record_send_impl(id, send, limits, now).await
+    }
+
+    async fn claim_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.claim_send_impl(id, send_id, lease_until, now).await
+    }
+
+    async fn finish_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        outcome: SendOutcome,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.finish_send_impl(id, send_id, outcome, limits, now)
+            .await
+    }
+
+    async fn due_sends(&self, now: Millis, limit: usize) -> StoreResult<Vec<(String, String)>> {
+        self.due_sends_impl(now, limit).await
     }
 
     async fn read_events(

@@ -18,6 +18,8 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM idempotency WHERE address_id = ?1",
         "DELETE FROM emails WHERE address_id = ?1",
         "DELETE FROM requests WHERE address_id = ?1",
+        "DELETE FROM contacts WHERE address_id = ?1",
+        "DELETE FROM sends WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -42,6 +44,12 @@ impl SqliteStore {
                     .map_err(sql_err)?;
                 conn.execute("DELETE FROM emails WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
+                // A send in delivery stays until it is sent or failed.
+                conn.execute(
+                    "DELETE FROM sends WHERE expires_at <= ?1 AND status != 'pending'",
+                    [now],
+                )
+                .map_err(sql_err)?;
                 // Requests for a person: due expiries of idle addresses get their event now
                 // (a feed read would append them first anyway), and a request is forgotten a
                 // retention period after its expiry.

@@ -116,6 +116,53 @@ CREATE INDEX requests_done ON requests(expires_at);
     r#"
 ALTER TABLE addresses ADD COLUMN verification TEXT;
 "#,
+    // 6: outbound email (docs/API.md §16). A contact per (address, lower-cased email), with its
+    // current code's hash, expiry and tries, and the code mails of its `code_day` (a UTC day).
+    // A send per `email.sent` event: its Idempotency-Key claim, the message as it will be
+    // mailed (`refs`: a JSON array), its UTC `day` (the daily limit counts them), and its
+    // delivery state. A send outlives its event by a day at least, so the day's count holds.
+    r#"
+CREATE TABLE contacts (
+    address_id      TEXT NOT NULL,
+    email           TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    confirmed_at    INTEGER,
+    code_hash       TEXT,
+    code_expires_at INTEGER,
+    code_tries      INTEGER NOT NULL DEFAULT 0,
+    code_day        INTEGER NOT NULL DEFAULT 0,
+    code_mails      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (address_id, email)
+) WITHOUT ROWID;
+CREATE TABLE sends (
+    id              TEXT PRIMARY KEY,
+    address_id      TEXT NOT NULL,
+    key_hash        TEXT NOT NULL,
+    body_hash       TEXT NOT NULL,
+    seq             INTEGER NOT NULL,
+    event_id        TEXT NOT NULL,
+    day             INTEGER NOT NULL,
+    recipient       TEXT NOT NULL,
+    reply_to        TEXT NOT NULL,
+    subject         TEXT NOT NULL,
+    text            TEXT NOT NULL,
+    message_id      TEXT NOT NULL,
+    in_reply_to     TEXT,
+    refs            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER,
+    lease_until     INTEGER,
+    last_error      TEXT,
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE UNIQUE INDEX sends_by_key ON sends(address_id, key_hash);
+CREATE INDEX sends_by_day ON sends(address_id, day);
+CREATE INDEX sends_due ON sends(next_attempt_at) WHERE status = 'pending';
+CREATE INDEX sends_expiry ON sends(expires_at);
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -21,6 +21,13 @@ mod memory {
             SqliteStore::open_in_memory().expect("open in-memory SQLite")
         ));
     }
+
+    mod outbound {
+        use super::*;
+        agentaddress_core::store_outbound_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -43,6 +50,10 @@ mod file {
 
     mod requests {
         agentaddress_core::store_request_conformance_tests!(super::open());
+    }
+
+    mod outbound {
+        agentaddress_core::store_outbound_conformance_tests!(super::open());
     }
 }
 

@@ -60,6 +60,11 @@ async fn openapi_describes_every_route() {
             &["get"],
         ),
         ("/r/{request_id}/{secret}", &["get", "post"]),
+        (
+            "/api/v1/addresses/{address_id}/email/contacts",
+            &["get", "post"],
+        ),
+        ("/api/v1/addresses/{address_id}/email/send", &["post"]),
         ("/r/page.css", &["get"]),
         ("/healthz", &["get"]),
         ("/openapi.json", &["get"]),

@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_email_recipients: u64,
     /// Open requests for a person an address may have (docs/API.md §12).
     pub max_open_requests: u64,
+    /// Contacts an address may have (docs/API.md §16).
+    pub max_contacts: u64,
+    /// Emails an address may send per UTC day (docs/API.md §16).
+    pub sends_per_day: u64,
 }
 
 impl Default for Limits {
@@ -53,6 +57,8 @@ impl Default for Limits {
             max_stored_email_bytes: 100_000_000,
             max_email_recipients: 100,
             max_open_requests: 20,
+            max_contacts: 10,
+            sends_per_day: 20,
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod envelope;
 pub mod ids;
 pub mod label;
 pub mod limits;
+pub mod outbound;
 pub mod request;
 pub mod state;
 pub mod time;
@@ -32,6 +33,8 @@ pub enum Ingress {
     Email,
     /// A person answering a request, or its expiry (docs/API.md §12).
     Request,
+    /// Outbound email: a send, or its failure (docs/API.md §16).
+    Outbound,
 }
 
 impl Ingress {
@@ -41,6 +44,7 @@ impl Ingress {
             Ingress::State => "state",
             Ingress::Email => "email",
             Ingress::Request => "request",
+            Ingress::Outbound => "outbound",
         }
     }
 
@@ -50,6 +54,7 @@ impl Ingress {
             "state" => Some(Ingress::State),
             "email" => Some(Ingress::Email),
             "request" => Some(Ingress::Request),
+            "outbound" => Some(Ingress::Outbound),
             _ => None,
         }
     }

@@ -9,6 +9,9 @@
 pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod email_conformance;
+mod outbound;
+#[cfg(feature = "conformance")]
+pub mod outbound_conformance;
 #[cfg(feature = "conformance")]
 pub mod request_conformance;
 pub mod rules;
@@ -19,6 +22,10 @@ use async_trait::async_trait;
 use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
+pub use outbound::{
+    CodeCheck, CodeIssued, ContactRecord, NewCode, NewSend, OutboundMessage, SendOutcome,
+    SendRecord, SendRecorded,
+};
 pub use signal::FeedSignal;
 
 /// Meaning-based failures of a store operation. The API maps each to one code of docs/API.md §9.
@@ -46,6 +53,12 @@ pub enum StoreError {
     /// The event is an email whose stored message is gone (removed, or never kept).
     #[error("the stored message is gone")]
     EmailUnavailable,
+    /// A send to an address that is not a confirmed contact (docs/API.md §16).
+    #[error("the recipient is not a confirmed contact")]
+    ContactNotConfirmed,
+    /// A daily limit is reached (docs/API.md §16); it resets in `retry_after_seconds`.
+    #[error("a daily limit is reached (retry in {retry_after_seconds} s)")]
+    DailyLimit { retry_after_seconds: u64 },
     /// This store does not implement the operation (yet); answered as 501 `not_supported`.
     #[error("not supported by this store: {0}")]
     NotSupported(&'static str),
@@ -551,6 +564,99 @@ pub trait Store: Send + Sync + 'static {
     async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
         let _ = email_id;
         Ok(None)
+    }
+
+    /// The contacts of address `id` (docs/API.md §16), sorted by email.
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
+        let _ = (id, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Stores a new code for contact `code.email` of address `id`, creating it pending when new,
+    /// in one atomic step: the code replaces any earlier one and its tries start at 0. A
+    /// confirmed contact is [`CodeIssued::AlreadyConfirmed`] and changes nothing. A new contact
+    /// beyond `limits.max_contacts` is [`StoreError::QuotaExceeded`]; a fourth code on one UTC
+    /// day ([`crate::domain::outbound::CODE_MAILS_PER_DAY`]) is [`StoreError::DailyLimit`].
+    async fn issue_contact_code(
+        &self,
+        id: &str,
+        code: NewCode,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CodeIssued> {
+        let _ = (id, code, limits, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Tries `code_hash` against contact `email`'s current code, in one atomic step that counts
+    /// the try: under concurrent tries at most [`crate::domain::outbound::CODE_TRIES`] are
+    /// compared. The hashes are compared in constant time. [`StoreError::NotFound`] for an
+    /// unknown contact.
+    async fn check_contact_code(
+        &self,
+        id: &str,
+        email: &str,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<CodeCheck> {
+        let _ = (id, email, code_hash, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Records a send and appends its `email.sent` event in one atomic step, before anything is
+    /// mailed. In order: a claim whose key an earlier send of this address holds answers that
+    /// send (`duplicate`, same body hash) or [`StoreError::IdempotencyKeyReused`]; a recipient
+    /// that is not a confirmed contact is [`StoreError::ContactNotConfirmed`]; the
+    /// `limits.sends_per_day`-th send of the UTC day is [`StoreError::DailyLimit`]; a feed
+    /// without two free slots (the send and its answer) is [`StoreError::QuotaExceeded`]. The
+    /// send is pending, due now.
+    async fn record_send(
+        &self,
+        id: &str,
+        send: NewSend,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<SendRecorded> {
+        let _ = (id, send, limits, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Claims send `send_id` of address `id` for one delivery attempt: when it is pending, due
+    /// at `now` and no other attempt holds it, counts the attempt, holds it until `lease_until`
+    /// and returns it; else `None` (sent, failed, not due, or held). An attempt that never
+    /// finishes (a crash) lets the send be claimed again after its lease. The address gone is
+    /// [`StoreError::AddressGone`]: nothing is sent for it.
+    async fn claim_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        let _ = (id, send_id, lease_until, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Ends the attempt on a claimed send with `outcome`, in one atomic step (a failure with its
+    /// `email.send_failed` event). Only a pending send changes.
+    async fn finish_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        outcome: SendOutcome,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let _ = (id, send_id, outcome, limits, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
+    /// Pending sends of live addresses due at `now` and not held, oldest first, at most `limit`,
+    /// as (address id, send id): what the embedded deployment's delivery loop attempts. Stores
+    /// whose sends are driven by a queue (DynamoDB: the send queue) answer none.
+    async fn due_sends(&self, now: Millis, limit: usize) -> StoreResult<Vec<(String, String)>> {
+        let _ = (now, limit);
+        Ok(Vec::new())
     }
 
     /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before

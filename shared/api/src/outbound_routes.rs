@@ -1,0 +1,489 @@
+//! Outbound email to confirmed contacts (docs/API.md §16): `GET`/`POST {root}/email/contacts`
+//! (a code mailed to the contact; the code given back confirms it) and `POST {root}/email/send`
+//! (recorded with its `email.sent` event, then delivered by [`crate::outbound::deliver`]).
+//! Re-exported by `handlers`, so the route table names them like the others.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::dto::{ErrorBody, EventRefView};
+use super::extract::*;
+use super::outbound::{clean_error, Outbound};
+use super::request::{parse_fields, Fields};
+use super::request_routes::expire_due;
+use super::{json_response, ApiError, AppState};
+use crate::domain::outbound::{
+    self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email,
+    CODE_MAILS_PER_DAY, CODE_VALID_MS,
+};
+use crate::domain::time::format_rfc3339;
+use crate::domain::{ids, Ingress, Millis};
+use crate::relay::{Mail, RelayError};
+use crate::store::{
+    CodeCheck, CodeIssued, ContactRecord, IdempotencyClaim, NewCode, NewEvent, NewSend,
+    OutboundMessage, StoreError,
+};
+
+type ApiResult = Result<Response, ApiError>;
+
+/// The largest body of `POST {root}/email/contacts`.
+const CONTACT_BODY_LIMIT: u64 = 4 * 1024;
+/// The largest body of `POST {root}/email/send`: a 10,000-byte text of escaped characters,
+/// with room for the rest.
+const SEND_BODY_LIMIT: u64 = 64 * 1024;
+
+/// A contact (docs/API.md §16).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContactView {
+    pub email: String,
+    /// `pending` or `confirmed`.
+    pub status: String,
+    /// RFC 3339.
+    pub created_at: String,
+    pub confirmed_at: Option<String>,
+}
+
+impl ContactView {
+    fn of(c: &ContactRecord) -> Self {
+        Self {
+            email: c.email.clone(),
+            status: c.status.as_str().into(),
+            created_at: format_rfc3339(c.created_at),
+            confirmed_at: c.confirmed_at.map(format_rfc3339),
+        }
+    }
+}
+
+/// `GET {root}/email/contacts`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContactsEnvelope {
+    pub contacts: Vec<ContactView>,
+    /// Whether this deployment can send email (a sender and a relay are configured).
+    pub outbound_configured: bool,
+}
+
+/// `POST {root}/email/contacts`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ContactEnvelope {
+    pub contact: ContactView,
+    /// When the code just mailed stops being valid (only when one was mailed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_expires_at: Option<String>,
+}
+
+/// Body of `POST {root}/email/contacts`: the email alone mails a code to it; with the code it
+/// confirms the contact.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct ContactBody {
+    /// A plain email address (`ada@example.com`); contacts are lower-cased.
+    #[serde(deserialize_with = "contact_email")]
+    pub email: String,
+    /// The six digits mailed to the contact.
+    #[serde(default, deserialize_with = "code")]
+    pub code: Option<String>,
+}
+
+impl Fields for ContactBody {}
+
+/// Body of `POST {root}/email/send`.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct SendBody {
+    /// A confirmed contact.
+    #[serde(deserialize_with = "contact_email")]
+    pub to: String,
+    /// 1 to 200 characters, one line, no `=?`.
+    #[serde(deserialize_with = "subject")]
+    pub subject: String,
+    /// Plain text, at most 10,000 bytes.
+    #[serde(deserialize_with = "text")]
+    pub text: String,
+    /// An `email.received` event of this address: the mail is a reply to it (`In-Reply-To`,
+    /// `References`, `Re: `).
+    #[serde(default)]
+    pub reply_to_event_id: Option<String>,
+}
+
+impl Fields for SendBody {}
+
+fn contact_email<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_contact_email(&s).map_err(|e| serde::de::Error::custom(e.0))
+}
+
+fn code<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(None),
+        Value::String(s) if is_code_shaped(&s) => Ok(Some(s)),
+        _ => Err(serde::de::Error::custom(
+            "`code` must be the six digits mailed to the contact, as a string (\"012345\")",
+        )),
+    }
+}
+
+fn subject<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    check_subject(&s).map_err(|e| serde::de::Error::custom(e.0))?;
+    Ok(s)
+}
+
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    check_text(&s).map_err(|e| serde::de::Error::custom(e.0))?;
+    Ok(s)
+}
+
+/// `POST {root}/email/send`'s answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SendAccepted {
+    /// Always `accepted`: the send is recorded, its `email.sent` event appended, and delivery
+    /// follows (a failure is reported as `email.send_failed`).
+    pub status: String,
+    /// The `email.sent` event.
+    pub event: EventRefView,
+    /// `true` when an earlier send with this Idempotency-Key recorded it: nothing is sent twice.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub duplicate: bool,
+}
+
+fn configured(state: &AppState) -> Result<&Outbound, ApiError> {
+    state
+        .outbound
+        .as_deref()
+        .ok_or(ApiError::OutboundNotConfigured)
+}
+
+fn contact_not_found(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound => ApiError::not_found(
+            "No such contact: POST its email alone first, to have a code mailed to it.",
+        ),
+        StoreError::QuotaExceeded => ApiError::ContactsFull,
+        StoreError::DailyLimit {
+            retry_after_seconds,
+        } => ApiError::DailyLimit {
+            retry_after: retry_after_seconds,
+            message: "This contact was mailed its 3 codes of the day; ask again after 00:00 UTC.",
+        },
+        other => other.into(),
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/email/contacts", tag = "outbound",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The address's contacts, and whether this deployment sends email", body = ContactsEnvelope),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn list_contacts(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    let contacts = state.store.list_contacts(&address_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &ContactsEnvelope {
+            contacts: contacts.iter().map(ContactView::of).collect(),
+            outbound_configured: state.outbound.is_some(),
+        },
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/email/contacts", tag = "outbound",
+    params(("address_id" = String, Path)),
+    request_body = ContactBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "A code was mailed to the contact (pending until it is given back)", body = ContactEnvelope),
+        (status = 200, description = "Confirmed (now, or before)", body = ContactEnvelope),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
+    )
+)]
+pub async fn add_contact(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    let address = authenticate(&state, &headers, &address_id, now).await?;
+    let outbound = configured(&state)?;
+    let bytes = read_body(&headers, body, CONTACT_BODY_LIMIT, "request body").await?;
+    require_json_content_type(&headers)?;
+    let ContactBody { email, code } = parse_fields::<ContactBody>(json_object(&bytes)?)?;
+    if let Some(code) = code {
+        let hash = code_hash(&address_id, &email, &code);
+        let checked = state
+            .store
+            .check_contact_code(&address_id, &email, &hash, now)
+            .await
+            .map_err(contact_not_found)?;
+        return match checked {
+            CodeCheck::Confirmed(c) => {
+                tracing::info!(%address_id, "contact confirmed");
+                Ok(contact_answer(StatusCode::OK, &c, None))
+            }
+            CodeCheck::AlreadyConfirmed(c) => Ok(contact_answer(StatusCode::OK, &c, None)),
+            CodeCheck::Wrong { tries_left } => Err(ApiError::InvalidCode { tries_left }),
+            CodeCheck::Spent => Err(ApiError::InvalidCode { tries_left: 0 }),
+            CodeCheck::Expired => Err(ApiError::CodeExpired),
+        };
+    }
+    let code = outbound::new_code();
+    let expires_at = now + CODE_VALID_MS;
+    let issued = state
+        .store
+        .issue_contact_code(
+            &address_id,
+            NewCode {
+                email: email.clone(),
+                code_hash: code_hash(&address_id, &email, &code),
+                expires_at,
+            },
+            &state.config.limits,
+            now,
+        )
+        .await
+        .map_err(contact_not_found)?;
+    let contact = match issued {
+        CodeIssued::AlreadyConfirmed(c) => return Ok(contact_answer(StatusCode::OK, &c, None)),
+        CodeIssued::Issued(c) => c,
+    };
+    let mail = code_mail(outbound, &address.email, &email, &code, now);
+    match outbound.relay.send(&mail).await {
+        Ok(()) => {
+            tracing::info!(%address_id, "contact code mailed");
+            Ok(contact_answer(
+                StatusCode::ACCEPTED,
+                &contact,
+                Some(expires_at),
+            ))
+        }
+        Err(RelayError::Temporary(e)) => {
+            tracing::warn!(%address_id, error = %e, "the relay did not take a code mail");
+            Err(ApiError::Unavailable(
+                "the mail relay did not take the code mail".into(),
+            ))
+        }
+        Err(RelayError::Permanent(e)) => Err(ApiError::invalid(format!(
+            "The mail relay refused to deliver to {email}: {}",
+            clean_error(&e)
+        ))),
+    }
+}
+
+fn contact_answer(
+    status: StatusCode,
+    c: &ContactRecord,
+    code_expires_at: Option<Millis>,
+) -> Response {
+    json_response(
+        status,
+        &ContactEnvelope {
+            contact: ContactView::of(c),
+            code_expires_at: code_expires_at.map(format_rfc3339),
+        },
+    )
+}
+
+/// The code mail: nothing in it is the agent's own text (the address is a random id), so it
+/// cannot be used to send anything else.
+fn code_mail(outbound: &Outbound, address_email: &str, to: &str, code: &str, now: Millis) -> Mail {
+    let id = outbound::new_send_id().replacen(outbound::SEND_PREFIX, "code_", 1);
+    let minutes = CODE_VALID_MS / 60_000;
+    Mail {
+        from: outbound.from.clone(),
+        to: to.to_owned(),
+        reply_to: Some(address_email.to_owned()),
+        subject: format!("Your code to receive email from {address_email}"),
+        text: format!(
+            "{address_email} is the address of an AI agent. It asks to send you email.\r\n\
+             \r\n\
+             If you agree, give it this code: {code}\r\n\
+             \r\n\
+             The code is valid for {minutes} minutes (until {}). If you do not know what this \
+             is about, ignore this message: nothing is sent to you unless the code is given \
+             back, and at most {CODE_MAILS_PER_DAY} codes are mailed to you a day.\r\n",
+            format_rfc3339(now + CODE_VALID_MS)
+        ),
+        message_id: outbound::message_id(&id, &outbound.from),
+        in_reply_to: None,
+        references: Vec::new(),
+    }
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/email/send", tag = "outbound",
+    params(("address_id" = String, Path), ("Idempotency-Key" = String, Header, description = "Required: the same key again answers the first send, and nothing is sent twice")),
+    request_body = SendBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 202, description = "Recorded with its `email.sent` event; delivery follows", body = SendAccepted),
+        (status = 200, description = "An earlier send with this Idempotency-Key (nothing is sent again)", body = SendAccepted),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    )
+)]
+pub async fn send_email(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult {
+    let now = state.clock.now();
+    let address = authenticate(&state, &headers, &address_id, now).await?;
+    let outbound = configured(&state)?;
+    let key = idempotency_key(&headers)?.ok_or_else(|| {
+        ApiError::invalid(
+            "POST …/email/send needs an Idempotency-Key header (1 to 255 printable ASCII \
+             characters): a retry with the same key is never sent twice.",
+        )
+    })?;
+    let bytes = read_body(&headers, body, SEND_BODY_LIMIT, "request body").await?;
+    require_json_content_type(&headers)?;
+    let SendBody {
+        to,
+        subject,
+        text,
+        reply_to_event_id,
+    } = parse_fields::<SendBody>(json_object(&bytes)?)?;
+    expire_due(&state, &address, now).await?;
+    let (subject, in_reply_to, references) = match reply_to_event_id {
+        None => (subject, None, Vec::new()),
+        Some(event_id) => {
+            let (parent, refs) = replied_email(&state, &address_id, &event_id, now).await?;
+            (outbound::reply_subject(&subject), parent, refs)
+        }
+    };
+    let send_id = outbound::new_send_id();
+    let message_id = outbound::message_id(&send_id, &outbound.from);
+    let send = NewSend {
+        claim: IdempotencyClaim {
+            key_hash: ids::sha256_hex(&key),
+            body_hash: ids::sha256_hex(&bytes),
+        },
+        event: NewEvent {
+            event_type: "email.sent".into(),
+            source: None,
+            ingress: Ingress::Outbound,
+            data: outbound::email_sent_data(
+                &to,
+                &subject,
+                &text,
+                &message_id,
+                in_reply_to.as_deref(),
+            ),
+            http: None,
+        },
+        message: OutboundMessage {
+            to,
+            reply_to: address.email.clone(),
+            subject,
+            text,
+            message_id,
+            in_reply_to,
+            references,
+        },
+        id: send_id,
+    };
+    let recorded = state
+        .store
+        .record_send(&address_id, send, &state.config.limits, now)
+        .await
+        .map_err(|e| match e {
+            StoreError::DailyLimit {
+                retry_after_seconds,
+            } => ApiError::DailyLimit {
+                retry_after: retry_after_seconds,
+                message: "This address sent its most emails of the day; sending resumes at \
+                          00:00 UTC.",
+            },
+            other => other.into(),
+        })?;
+    if recorded.status == crate::domain::outbound::SendStatus::Pending {
+        if let Err(e) = outbound
+            .dispatch
+            .dispatch(&address_id, &recorded.send_id)
+            .await
+        {
+            tracing::warn!(%address_id, send_id = %recorded.send_id, error = %e,
+                "a recorded send could not be handed on; it stays pending");
+        }
+    }
+    if !recorded.duplicate {
+        tracing::info!(%address_id, send_id = %recorded.send_id, "email send recorded");
+    }
+    Ok(json_response(
+        if recorded.duplicate {
+            StatusCode::OK
+        } else {
+            StatusCode::ACCEPTED
+        },
+        &SendAccepted {
+            status: "accepted".into(),
+            event: recorded.event.into(),
+            duplicate: recorded.duplicate,
+        },
+    ))
+}
+
+/// The threading of a reply to event `event_id`: it must be an `email.received` event of this
+/// address (404 when there is no such event, 400 when it is another kind).
+async fn replied_email(
+    state: &AppState,
+    address_id: &str,
+    event_id: &str,
+    now: Millis,
+) -> Result<(Option<String>, Vec<String>), ApiError> {
+    let not_found = || {
+        ApiError::not_found(format!(
+            "`reply_to_event_id`: no event {event_id:?} in this address's feed."
+        ))
+    };
+    if ids::event_sequence(event_id).is_none() {
+        return Err(not_found());
+    }
+    let event = match state.store.get_event(address_id, event_id, now).await {
+        Ok(e) => e,
+        Err(StoreError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    if event.event_type != "email.received" {
+        return Err(ApiError::invalid(format!(
+            "`reply_to_event_id`: event {event_id} is a {} event, not an email.received one.",
+            event.event_type
+        )));
+    }
+    let data: Value = serde_json::from_str(&event.data).unwrap_or(Value::Null);
+    let references: Vec<String> = data["references"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(outbound::threading(
+        data["message_id"].as_str(),
+        &references,
+    ))
+}

@@ -1,0 +1,691 @@
+//! The Store conformance cases of outbound email (docs/API.md §16): contacts confirmed by a
+//! code whose tries are counted atomically, daily limits, and sends recorded with their
+//! `email.sent` event before anything is mailed, then claimed for one attempt at a time until
+//! sent or failed. A backend runs them with [`crate::store_outbound_conformance_tests!`].
+
+use serde_json::Value;
+
+use super::conformance::{new_address, T0};
+use super::{
+    CodeCheck, CodeIssued, IdempotencyClaim, NewCode, NewEvent, NewSend, OutboundMessage,
+    SendOutcome, Store, StoreError,
+};
+use crate::domain::outbound::{
+    self, code_hash, ContactStatus, SendStatus, CODE_TRIES, CODE_VALID_MS,
+};
+use crate::domain::{ids, Ingress, Limits, Millis};
+
+const SEC: Millis = 1_000;
+const DAY: Millis = 86_400_000;
+
+/// Generates one `#[tokio::test]` per outbound case, as [`crate::store_conformance_tests!`]
+/// does.
+#[macro_export]
+macro_rules! store_outbound_conformance_tests {
+    ($make:expr) => {
+        $crate::__outbound_conformance_cases!($make;
+            contacts_are_confirmed_by_their_code, codes_are_spent_after_their_tries,
+            codes_expire, code_mails_are_limited_per_day, contacts_are_capped,
+            concurrent_tries_are_each_counted, sends_need_a_confirmed_contact,
+            a_send_is_recorded_once_per_key, sends_are_limited_per_day,
+            sends_need_two_free_feed_slots, a_send_is_claimed_retried_and_failed,
+            a_lost_attempt_is_claimed_again_after_its_lease, outbound_goes_with_its_address
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __outbound_conformance_cases {
+    ($make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store: ::std::sync::Arc<dyn $crate::store::Store> = $make;
+                $crate::store::outbound_conformance::$case(store.as_ref()).await;
+            }
+        )*
+    };
+}
+
+const ADA: &str = "ada@example.com";
+
+fn code(address_id: &str, email: &str, digits: &str, now: Millis) -> NewCode {
+    NewCode {
+        email: email.into(),
+        code_hash: code_hash(address_id, email, digits),
+        expires_at: now + CODE_VALID_MS,
+    }
+}
+
+async fn issue(store: &dyn Store, id: &str, email: &str, digits: &str, now: Millis) -> CodeIssued {
+    store
+        .issue_contact_code(id, code(id, email, digits, now), &Limits::default(), now)
+        .await
+        .expect("issue a code")
+}
+
+async fn check(store: &dyn Store, id: &str, email: &str, digits: &str, now: Millis) -> CodeCheck {
+    store
+        .check_contact_code(id, email, &code_hash(id, email, digits), now)
+        .await
+        .expect("check a code")
+}
+
+/// A new address with `ADA` confirmed.
+async fn with_confirmed_contact(store: &dyn Store) -> String {
+    let a = new_address(store, None).await;
+    issue(store, &a.id, ADA, "123456", T0).await;
+    assert!(matches!(
+        check(store, &a.id, ADA, "123456", T0).await,
+        CodeCheck::Confirmed(_)
+    ));
+    a.id
+}
+
+/// A send of `subject` to `to` with Idempotency-Key `key` (body hash of `subject`).
+pub fn new_send(address_id: &str, to: &str, key: &str, subject: &str) -> NewSend {
+    let id = outbound::new_send_id();
+    let message_id = outbound::message_id(&id, "mail@agents.example");
+    NewSend {
+        claim: IdempotencyClaim {
+            key_hash: ids::sha256_hex(key.as_bytes()),
+            body_hash: ids::sha256_hex(subject.as_bytes()),
+        },
+        event: NewEvent {
+            event_type: "email.sent".into(),
+            source: None,
+            ingress: Ingress::Outbound,
+            data: outbound::email_sent_data(to, subject, "Hello.", &message_id, None),
+            http: None,
+        },
+        message: OutboundMessage {
+            to: to.into(),
+            reply_to: format!("{address_id}@inbox.test"),
+            subject: subject.into(),
+            text: "Hello.".into(),
+            message_id,
+            in_reply_to: Some("<parent@example.com>".into()),
+            references: vec!["<root@example.com>".into(), "<parent@example.com>".into()],
+        },
+        id,
+    }
+}
+
+fn failed_event(error: &str) -> NewEvent {
+    NewEvent {
+        event_type: "email.send_failed".into(),
+        source: None,
+        ingress: Ingress::Outbound,
+        data: serde_json::json!({ "error": error }).to_string(),
+        http: None,
+    }
+}
+
+pub async fn contacts_are_confirmed_by_their_code(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    assert_eq!(store.list_contacts(&a.id, T0).await, Ok(vec![]));
+    let CodeIssued::Issued(c) = issue(store, &a.id, ADA, "123456", T0).await else {
+        panic!("a new contact gets a code")
+    };
+    assert_eq!((c.email.as_str(), c.status), (ADA, ContactStatus::Pending));
+    assert_eq!(c.code_mails, 1);
+    let listed = store.list_contacts(&a.id, T0).await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status, ContactStatus::Pending);
+    assert_eq!(listed[0].confirmed_at, None);
+
+    assert_eq!(
+        check(store, &a.id, ADA, "654321", T0 + SEC).await,
+        CodeCheck::Wrong {
+            tries_left: CODE_TRIES - 1
+        }
+    );
+    let CodeCheck::Confirmed(c) = check(store, &a.id, ADA, "123456", T0 + 2 * SEC).await else {
+        panic!("the right code confirms")
+    };
+    assert_eq!(c.status, ContactStatus::Confirmed);
+    assert_eq!(c.confirmed_at, Some(T0 + 2 * SEC));
+    assert!(c.code_hash.is_none(), "a used code is forgotten");
+    let listed = store.list_contacts(&a.id, T0).await.expect("list");
+    assert_eq!(listed[0].status, ContactStatus::Confirmed);
+    assert_eq!(listed[0].confirmed_at, Some(T0 + 2 * SEC));
+    // Confirmed stays confirmed: no new code, and the old one is no longer a question.
+    assert!(matches!(
+        issue(store, &a.id, ADA, "111111", T0 + 3 * SEC).await,
+        CodeIssued::AlreadyConfirmed(_)
+    ));
+    assert!(matches!(
+        check(store, &a.id, ADA, "000000", T0 + 4 * SEC).await,
+        CodeCheck::AlreadyConfirmed(_)
+    ));
+    // An unknown contact, and another address's contact, are not found.
+    assert_eq!(
+        store
+            .check_contact_code(&a.id, "eve@example.com", "x", T0)
+            .await,
+        Err(StoreError::NotFound)
+    );
+    let b = new_address(store, None).await;
+    assert_eq!(
+        store.check_contact_code(&b.id, ADA, "x", T0).await,
+        Err(StoreError::NotFound)
+    );
+    assert_eq!(store.list_contacts(&b.id, T0).await, Ok(vec![]));
+}
+
+pub async fn codes_are_spent_after_their_tries(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    issue(store, &a.id, ADA, "123456", T0).await;
+    for left in (0..CODE_TRIES).rev() {
+        assert_eq!(
+            check(store, &a.id, ADA, "000000", T0).await,
+            CodeCheck::Wrong { tries_left: left }
+        );
+    }
+    assert_eq!(
+        check(store, &a.id, ADA, "123456", T0).await,
+        CodeCheck::Spent,
+        "the right code after five wrong ones is refused"
+    );
+    // A new code starts over.
+    issue(store, &a.id, ADA, "222222", T0 + SEC).await;
+    assert_eq!(
+        check(store, &a.id, ADA, "123456", T0 + SEC).await,
+        CodeCheck::Wrong {
+            tries_left: CODE_TRIES - 1
+        },
+        "the old code is replaced"
+    );
+    assert!(matches!(
+        check(store, &a.id, ADA, "222222", T0 + SEC).await,
+        CodeCheck::Confirmed(_)
+    ));
+}
+
+pub async fn codes_expire(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    issue(store, &a.id, ADA, "123456", T0).await;
+    assert_eq!(
+        check(store, &a.id, ADA, "123456", T0 + CODE_VALID_MS).await,
+        CodeCheck::Expired
+    );
+    let listed = store.list_contacts(&a.id, T0).await.expect("list");
+    assert_eq!(listed[0].status, ContactStatus::Pending);
+}
+
+pub async fn code_mails_are_limited_per_day(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    let day_start = (T0 / DAY + 1) * DAY;
+    for n in 1..=3 {
+        let CodeIssued::Issued(c) = issue(store, &a.id, ADA, "123456", day_start + n).await else {
+            panic!("code {n}")
+        };
+        assert_eq!(c.code_mails, n as u32);
+    }
+    let fourth = store
+        .issue_contact_code(
+            &a.id,
+            code(&a.id, ADA, "123456", day_start + 10),
+            &Limits::default(),
+            day_start + 10,
+        )
+        .await;
+    assert_eq!(
+        fourth,
+        Err(StoreError::DailyLimit {
+            retry_after_seconds: 86_400
+        })
+    );
+    // The refused code did not replace the third.
+    assert!(matches!(
+        check(store, &a.id, ADA, "123456", day_start + 20).await,
+        CodeCheck::Confirmed(_)
+    ));
+    // Another contact has its own count; the next UTC day starts over.
+    let b = new_address(store, None).await;
+    for n in 1..=3 {
+        issue(store, &b.id, ADA, "123456", day_start + n).await;
+    }
+    let CodeIssued::Issued(c) = issue(store, &b.id, ADA, "123456", day_start + DAY).await else {
+        panic!("a new day")
+    };
+    assert_eq!(c.code_mails, 1);
+}
+
+pub async fn contacts_are_capped(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    let limits = Limits {
+        max_contacts: 2,
+        ..Limits::default()
+    };
+    for email in ["a@example.com", "b@example.com"] {
+        store
+            .issue_contact_code(&a.id, code(&a.id, email, "123456", T0), &limits, T0)
+            .await
+            .expect("within the cap");
+    }
+    assert_eq!(
+        store
+            .issue_contact_code(
+                &a.id,
+                code(&a.id, "c@example.com", "123456", T0),
+                &limits,
+                T0
+            )
+            .await,
+        Err(StoreError::QuotaExceeded)
+    );
+    // A known contact may get another code.
+    store
+        .issue_contact_code(
+            &a.id,
+            code(&a.id, "b@example.com", "654321", T0),
+            &limits,
+            T0,
+        )
+        .await
+        .expect("a known contact");
+    assert_eq!(store.list_contacts(&a.id, T0).await.map(|c| c.len()), Ok(2));
+}
+
+pub async fn concurrent_tries_are_each_counted(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    issue(store, &a.id, ADA, "123456", T0).await;
+    let tries = (0..20).map(|n| {
+        let guess = format!("{:06}", 900_000 + n);
+        let hash = code_hash(&a.id, ADA, &guess);
+        let id = a.id.clone();
+        async move { store.check_contact_code(&id, ADA, &hash, T0).await }
+    });
+    let results = futures::future::join_all(tries).await;
+    let wrong = results
+        .iter()
+        .filter(|r| matches!(r, Ok(CodeCheck::Wrong { .. })))
+        .count();
+    let spent = results
+        .iter()
+        .filter(|r| matches!(r, Ok(CodeCheck::Spent)))
+        .count();
+    assert_eq!(
+        (wrong, spent),
+        (CODE_TRIES as usize, 20 - CODE_TRIES as usize),
+        "{results:?}"
+    );
+    assert_eq!(
+        check(store, &a.id, ADA, "123456", T0).await,
+        CodeCheck::Spent
+    );
+}
+
+pub async fn sends_need_a_confirmed_contact(store: &dyn Store) {
+    let a = new_address(store, None).await;
+    issue(store, &a.id, ADA, "123456", T0).await;
+    for to in [ADA, "eve@example.com"] {
+        assert_eq!(
+            store
+                .record_send(
+                    &a.id,
+                    new_send(&a.id, to, "k", "Hi"),
+                    &Limits::default(),
+                    T0
+                )
+                .await,
+            Err(StoreError::ContactNotConfirmed),
+            "{to}"
+        );
+    }
+    assert_eq!(
+        store.last_sequence(&a.id, T0).await,
+        Ok(0),
+        "nothing appended"
+    );
+    assert_eq!(store.due_sends(T0 + DAY, 100).await.map(|d| d.len()), Ok(0));
+}
+
+pub async fn a_send_is_recorded_once_per_key(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let limits = Limits::default();
+    let send = new_send(&id, ADA, "key-1", "Hello");
+    let message = send.message.clone();
+    let send_id = send.id.clone();
+    let first = store
+        .record_send(&id, send, &limits, T0 + SEC)
+        .await
+        .expect("record");
+    assert!(!first.duplicate);
+    assert_eq!(first.send_id, send_id);
+    assert_eq!(first.status, SendStatus::Pending);
+    let e = store
+        .get_event(&id, &first.event.id, T0 + SEC)
+        .await
+        .expect("the email.sent event");
+    assert_eq!(e.event_type, "email.sent");
+    assert_eq!(e.ingress, Ingress::Outbound);
+    let data: Value = serde_json::from_str(&e.data).expect("JSON");
+    assert_eq!(data["to"], ADA);
+    assert_eq!(data["subject"], "Hello");
+    assert_eq!(data["message_id"], message.message_id.as_str());
+
+    // The same key and body: that send again, nothing new.
+    let again = store
+        .record_send(
+            &id,
+            new_send(&id, ADA, "key-1", "Hello"),
+            &limits,
+            T0 + 2 * SEC,
+        )
+        .await
+        .expect("again");
+    assert!(again.duplicate);
+    assert_eq!(
+        (again.event, again.send_id),
+        (first.event.clone(), send_id.clone())
+    );
+    assert_eq!(store.last_sequence(&id, T0).await, Ok(first.event.sequence));
+    // The same key, another body.
+    assert_eq!(
+        store
+            .record_send(
+                &id,
+                new_send(&id, ADA, "key-1", "Other"),
+                &limits,
+                T0 + 2 * SEC
+            )
+            .await,
+        Err(StoreError::IdempotencyKeyReused)
+    );
+    // Claimed once, with the message as recorded.
+    let claimed = store
+        .claim_send(&id, &send_id, T0 + 60 * SEC, T0 + 3 * SEC)
+        .await
+        .expect("claim")
+        .expect("a pending send is claimed");
+    assert_eq!(claimed.message, message);
+    assert_eq!(claimed.attempts, 1);
+    assert_eq!(claimed.event, first.event);
+    assert_eq!(
+        store
+            .claim_send(&id, &send_id, T0 + 60 * SEC, T0 + 4 * SEC)
+            .await,
+        Ok(None),
+        "held by the first attempt"
+    );
+    store
+        .finish_send(&id, &send_id, SendOutcome::Sent, &limits, T0 + 5 * SEC)
+        .await
+        .expect("finish");
+    assert_eq!(
+        store.claim_send(&id, &send_id, T0 + DAY, T0 + DAY).await,
+        Ok(None),
+        "a sent send is never claimed again"
+    );
+    let dup = store
+        .record_send(
+            &id,
+            new_send(&id, ADA, "key-1", "Hello"),
+            &limits,
+            T0 + 6 * SEC,
+        )
+        .await
+        .expect("again after sending");
+    assert_eq!((dup.duplicate, dup.status), (true, SendStatus::Sent));
+    assert_eq!(store.due_sends(T0 + DAY, 100).await.map(|d| d.len()), Ok(0));
+}
+
+pub async fn sends_are_limited_per_day(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let limits = Limits {
+        sends_per_day: 2,
+        ..Limits::default()
+    };
+    let day_start = (T0 / DAY + 1) * DAY;
+    for n in 0..2 {
+        store
+            .record_send(
+                &id,
+                new_send(&id, ADA, &format!("k{n}"), "Hi"),
+                &limits,
+                day_start,
+            )
+            .await
+            .expect("within the limit");
+    }
+    let before = store.last_sequence(&id, day_start).await;
+    assert_eq!(
+        store
+            .record_send(
+                &id,
+                new_send(&id, ADA, "k2", "Hi"),
+                &limits,
+                day_start + 1_000
+            )
+            .await,
+        Err(StoreError::DailyLimit {
+            retry_after_seconds: 86_399
+        })
+    );
+    assert_eq!(
+        store.last_sequence(&id, day_start).await,
+        before,
+        "nothing appended"
+    );
+    // A retry of an accepted send is still answered.
+    let dup = store
+        .record_send(
+            &id,
+            new_send(&id, ADA, "k0", "Hi"),
+            &limits,
+            day_start + 2_000,
+        )
+        .await
+        .expect("a duplicate");
+    assert!(dup.duplicate);
+    store
+        .record_send(
+            &id,
+            new_send(&id, ADA, "k2", "Hi"),
+            &limits,
+            day_start + DAY,
+        )
+        .await
+        .expect("the next UTC day");
+}
+
+pub async fn sends_need_two_free_feed_slots(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let limits = Limits {
+        max_retained_events: 3,
+        ..Limits::default()
+    };
+    let event = |n: u32| NewEvent {
+        event_type: "test.event".into(),
+        source: None,
+        ingress: Ingress::Http,
+        data: format!("{{\"n\":{n}}}"),
+        http: None,
+    };
+    store
+        .append_event(&id, event(1), None, &limits, T0)
+        .await
+        .expect("one");
+    store
+        .record_send(&id, new_send(&id, ADA, "a", "Hi"), &limits, T0)
+        .await
+        .expect("two slots free: events 2 and 3");
+    assert_eq!(
+        store
+            .record_send(&id, new_send(&id, ADA, "b", "Hi"), &limits, T0)
+            .await,
+        Err(StoreError::QuotaExceeded),
+        "one slot free"
+    );
+    assert_eq!(store.last_sequence(&id, T0).await, Ok(2));
+}
+
+pub async fn a_send_is_claimed_retried_and_failed(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let limits = Limits {
+        max_retained_events: 2,
+        ..Limits::default()
+    };
+    let send = new_send(&id, ADA, "k", "Hi");
+    let send_id = send.id.clone();
+    let recorded = store
+        .record_send(&id, send, &limits, T0)
+        .await
+        .expect("record");
+    assert_eq!(
+        store
+            .claim_send(&id, &send_id, T0 + 60 * SEC, T0)
+            .await
+            .map(|s| s.map(|s| s.attempts)),
+        Ok(Some(1))
+    );
+    store
+        .finish_send(
+            &id,
+            &send_id,
+            SendOutcome::Retry {
+                next_attempt_at: T0 + 30 * SEC,
+                error: "421 try later".into(),
+            },
+            &limits,
+            T0 + SEC,
+        )
+        .await
+        .expect("retry");
+    assert_eq!(
+        store
+            .claim_send(&id, &send_id, T0 + DAY, T0 + 29 * SEC)
+            .await,
+        Ok(None),
+        "not due yet"
+    );
+    let second = store
+        .claim_send(&id, &send_id, T0 + 90 * SEC, T0 + 30 * SEC)
+        .await
+        .expect("claim")
+        .expect("due");
+    assert_eq!(second.attempts, 2);
+    assert_eq!(second.last_error.as_deref(), Some("421 try later"));
+    // Fill the feed: the failure is reported all the same.
+    store
+        .append_event(
+            &id,
+            NewEvent {
+                event_type: "x".into(),
+                source: None,
+                ingress: Ingress::Http,
+                data: "{}".into(),
+                http: None,
+            },
+            None,
+            &limits,
+            T0 + 31 * SEC,
+        )
+        .await
+        .expect("the second slot");
+    store
+        .finish_send(
+            &id,
+            &send_id,
+            SendOutcome::Failed {
+                error: "550 no such user".into(),
+                event: failed_event("550 no such user"),
+            },
+            &limits,
+            T0 + 32 * SEC,
+        )
+        .await
+        .expect("fail");
+    let page = store
+        .read_events(&id, recorded.event.sequence, 10, u64::MAX, T0 + 33 * SEC)
+        .await
+        .expect("read");
+    let types: Vec<&str> = page.events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["x", "email.send_failed"]);
+    assert_eq!(
+        store.claim_send(&id, &send_id, T0 + DAY, T0 + DAY).await,
+        Ok(None),
+        "a failed send is never claimed again"
+    );
+    // Finishing again changes nothing.
+    store
+        .finish_send(
+            &id,
+            &send_id,
+            SendOutcome::Failed {
+                error: "again".into(),
+                event: failed_event("again"),
+            },
+            &limits,
+            T0 + 34 * SEC,
+        )
+        .await
+        .expect("finish a finished send");
+    assert_eq!(
+        store.last_sequence(&id, T0).await,
+        Ok(recorded.event.sequence + 2)
+    );
+}
+
+pub async fn a_lost_attempt_is_claimed_again_after_its_lease(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let send = new_send(&id, ADA, "k", "Hi");
+    let send_id = send.id.clone();
+    store
+        .record_send(&id, send, &Limits::default(), T0)
+        .await
+        .expect("record");
+    store
+        .claim_send(&id, &send_id, T0 + 60 * SEC, T0)
+        .await
+        .expect("claim")
+        .expect("first");
+    assert_eq!(
+        store
+            .claim_send(&id, &send_id, T0 + 120 * SEC, T0 + 59 * SEC)
+            .await,
+        Ok(None)
+    );
+    let again = store
+        .claim_send(&id, &send_id, T0 + 120 * SEC, T0 + 60 * SEC)
+        .await
+        .expect("claim")
+        .expect("the lease is over");
+    assert_eq!(again.attempts, 2);
+}
+
+pub async fn outbound_goes_with_its_address(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let send = new_send(&id, ADA, "k", "Hi");
+    let send_id = send.id.clone();
+    store
+        .record_send(&id, send, &Limits::default(), T0)
+        .await
+        .expect("record");
+    store.delete_address(&id, T0 + SEC).await.expect("delete");
+    let now = T0 + 2 * SEC;
+    assert_eq!(
+        store.list_contacts(&id, now).await,
+        Err(StoreError::AddressGone)
+    );
+    assert_eq!(
+        store.claim_send(&id, &send_id, now + SEC, now).await,
+        Err(StoreError::AddressGone),
+        "nothing is sent for a deleted address"
+    );
+    assert_eq!(
+        store
+            .issue_contact_code(&id, code(&id, ADA, "123456", now), &Limits::default(), now)
+            .await,
+        Err(StoreError::AddressGone)
+    );
+    assert!(store
+        .due_sends(now, 100)
+        .await
+        .expect("due")
+        .iter()
+        .all(|(a, _)| a != &id));
+}
