@@ -6,6 +6,7 @@
 mod backup;
 mod client;
 mod metrics;
+mod outbound;
 mod purge;
 mod serve;
 mod smtp;

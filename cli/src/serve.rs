@@ -122,6 +122,9 @@ pub struct ServeArgs {
     smtp: crate::smtp::SmtpArgs,
 
     #[command(flatten)]
+    outbound: crate::outbound::OutboundArgs,
+
+    #[command(flatten)]
     service: ServiceConfig,
 }
 
@@ -171,8 +174,22 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         config.email_domain.clone(),
     )
     .await?;
+    let outbound = crate::outbound::configure(&args.outbound)?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let delivery = outbound.map(|(outbound, delivery)| {
+        tracing::info!(from = %outbound.from, relay = outbound.relay.kind(), "sending email");
+        let task = tokio::spawn(delivery.run(
+            Arc::clone(&store),
+            Arc::clone(&outbound),
+            config.limits.clone(),
+            Arc::clone(&clock),
+            Duration::from_millis(args.outbound.outbound_tick_ms),
+            shutdown_rx.clone(),
+        ));
+        (outbound, task)
+    });
     let state = AppState::new(Arc::clone(&store), config)
+        .with_outbound(delivery.as_ref().map(|(o, _)| Arc::clone(o)))
         .with_clock(Arc::clone(&clock))
         .with_shutdown(shutdown_rx.clone())
         .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024))
@@ -282,6 +299,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = metrics.await;
     }
     let _ = sweeper.await;
+    if let Some((_, task)) = delivery {
+        let _ = task.await;
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -46,6 +46,15 @@ pub fn build_message(mail: &Mail) -> Result<Message, RelayError> {
         .map_err(|e| RelayError::Permanent(format!("the message cannot be built: {e}")))
 }
 
+/// Checks the operator's sender (`mail@agents.example` or `Agents <mail@agents.example>`) as
+/// the message builder will read it, so a bad one fails at start-up rather than at each send.
+pub fn check_sender(sender: &str) -> Result<(), String> {
+    sender
+        .parse::<Mailbox>()
+        .map(|_| ())
+        .map_err(|e| format!("the sender {sender:?} is not a valid mailbox: {e}"))
+}
+
 /// The SMTP smarthost `serve` relays through.
 pub struct SmtpRelay {
     transport: AsyncSmtpTransport<Tokio1Executor>,

@@ -1,0 +1,106 @@
+//! `agentaddress serve`'s outbound email (docs/API.md §16): the sender, the SMTP smarthost it
+//! relays through, and the delivery loop. Without both a sender and a relay the routes answer
+//! 503 `outbound_not_configured`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentaddress_api::outbound::{DeliveryLoop, Outbound, RetryPolicy};
+use agentaddress_outbound::{check_sender, SmtpRelay};
+
+#[derive(Debug, clap::Args)]
+pub struct OutboundArgs {
+    /// The sender of outbound email (`From`), on a domain you control: `mail@agents.example` or
+    /// `Agents <mail@agents.example>`. With --smtp-relay, agents can email their confirmed
+    /// contacts (docs/API.md §16).
+    #[arg(long, env = "AGENTADDRESS_EMAIL_FROM")]
+    pub email_from: Option<String>,
+
+    /// The SMTP smarthost outbound email goes through: `smtp://host:25` (plain),
+    /// `smtp://user@host:587?tls=required` (STARTTLS) or `smtps://user@host:465` (implicit
+    /// TLS). No password in the URL: see --smtp-relay-password-file.
+    #[arg(long, env = "AGENTADDRESS_SMTP_RELAY")]
+    pub smtp_relay: Option<String>,
+
+    /// A file holding the relay user's password (one line). Or set
+    /// AGENTADDRESS_SMTP_RELAY_PASSWORD. Never logged.
+    #[arg(long, env = "AGENTADDRESS_SMTP_RELAY_PASSWORD_FILE")]
+    pub smtp_relay_password_file: Option<PathBuf>,
+
+    /// Milliseconds before the first retry of a send the relay refused for now (then 4× longer
+    /// each time). A testing knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_OUTBOUND_RETRY_FIRST_MS", hide = true, default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub outbound_retry_first_ms: u64,
+
+    /// Delivery attempts of a send before it is reported failed. A testing knob.
+    #[arg(long, env = "AGENTADDRESS_OUTBOUND_ATTEMPTS", hide = true,
+          default_value_t = agentaddress_core::domain::outbound::SEND_ATTEMPTS,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub outbound_attempts: u32,
+
+    /// Milliseconds between the delivery loop's looks for due sends. A testing knob.
+    #[arg(long, env = "AGENTADDRESS_OUTBOUND_TICK_MS", hide = true, default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(10..=3_600_000))]
+    pub outbound_tick_ms: u64,
+}
+
+/// The relay password: the file's first line, else `AGENTADDRESS_SMTP_RELAY_PASSWORD`.
+fn password(args: &OutboundArgs) -> Result<Option<String>, String> {
+    if let Some(path) = &args.smtp_relay_password_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read the SMTP relay password file {}: {e}",
+                path.display()
+            )
+        })?;
+        let line = text.lines().next().unwrap_or("").to_owned();
+        if line.is_empty() {
+            return Err(format!(
+                "the SMTP relay password file {} is empty",
+                path.display()
+            ));
+        }
+        return Ok(Some(line));
+    }
+    Ok(std::env::var("AGENTADDRESS_SMTP_RELAY_PASSWORD")
+        .ok()
+        .filter(|p| !p.is_empty()))
+}
+
+/// The outbound configuration and its delivery loop, or none when neither a sender nor a
+/// relay is set; one without the other is a start-up error.
+pub fn configure(args: &OutboundArgs) -> Result<Option<(Arc<Outbound>, DeliveryLoop)>, String> {
+    let (from, url) = match (&args.email_from, &args.smtp_relay) {
+        (None, None) => return Ok(None),
+        (Some(from), Some(url)) => (from, url),
+        (Some(_), None) => {
+            return Err(
+                "--email-from needs --smtp-relay (AGENTADDRESS_SMTP_RELAY): the \
+                        smarthost outbound email goes through"
+                    .into(),
+            )
+        }
+        (None, Some(_)) => {
+            return Err(
+                "--smtp-relay needs --email-from (AGENTADDRESS_EMAIL_FROM): the \
+                        sender outbound email goes from"
+                    .into(),
+            )
+        }
+    };
+    check_sender(from)?;
+    let relay = SmtpRelay::new(url, password(args)?.as_deref())?;
+    let delivery = DeliveryLoop::new();
+    let outbound = Outbound {
+        from: from.clone(),
+        relay: Arc::new(relay),
+        dispatch: delivery.dispatch(),
+        retry: RetryPolicy {
+            first: Duration::from_millis(args.outbound_retry_first_ms),
+            attempts: args.outbound_attempts,
+        },
+    };
+    Ok(Some((Arc::new(outbound), delivery)))
+}

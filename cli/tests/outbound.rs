@@ -1,0 +1,681 @@
+//! Outbound email on `agentaddress serve` (docs/API.md §16), over real sockets between real
+//! servers: server A relays through server B's SMTP door (`--smtp-relay smtp://…`), B's
+//! addresses stand for people's mailboxes, and the person's reply reaches A's SMTP door from
+//! lettre. A code mailed to a contact arrives in B's feed, confirms the contact on A, a send
+//! arrives with `Reply-To` and threading, and the reply lands in A's feed threaded to the send.
+//! Then the abuse cases, each refused with its code and nothing sent, and the relay's failures.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::io::BufReader;
+use tokio::process::{Child, ChildStdout};
+
+struct Serve {
+    _child: Child,
+    base: String,
+    smtp: String,
+    _stdout: BufReader<ChildStdout>,
+    _dir: tempfile::TempDir,
+}
+
+async fn serve(domain: &str, extra: &[&str]) -> Serve {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let db = dir.path().join("outbound.db");
+    let mut args = vec!["--email-domain", domain];
+    args.extend_from_slice(extra);
+    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
+    Serve {
+        _child: child,
+        base,
+        smtp,
+        _stdout: stdout,
+        _dir: dir,
+    }
+}
+
+/// A server that relays through `relay`'s SMTP door, from `mail@agents.test`.
+async fn agent_server(relay: &Serve, extra: &[&str]) -> Serve {
+    let url = format!("smtp://{}", relay.smtp);
+    let mut args = vec![
+        "--email-from",
+        "Agents <mail@agents.test>",
+        "--smtp-relay",
+        url.as_str(),
+    ];
+    args.extend_from_slice(extra);
+    serve("agents.test", &args).await
+}
+
+#[derive(Clone, Debug)]
+struct Address {
+    base: String,
+    id: String,
+    email: String,
+    token: String,
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn create(s: &Serve) -> Address {
+    let r = http()
+        .post(format!("{}/api/v1/addresses", s.base))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create: {e}"));
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Address {
+        base: s.base.clone(),
+        id: text(&v["address"]["id"]),
+        email: text(&v["address"]["email"]),
+        token: text(&v["credentials"]["read_token"]),
+    }
+}
+
+impl Address {
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1/addresses/{}{path}", self.base, self.id)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let r = http()
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn post(&self, path: &str, key: Option<&str>, body: Value) -> (StatusCode, Value) {
+        let mut req = http()
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(&body);
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        let r = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = r.status();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn add_contact(&self, email: &str) -> (StatusCode, Value) {
+        self.post("/email/contacts", None, json!({ "email": email }))
+            .await
+    }
+
+    async fn confirm(&self, email: &str, code: &str) -> (StatusCode, Value) {
+        self.post(
+            "/email/contacts",
+            None,
+            json!({ "email": email, "code": code }),
+        )
+        .await
+    }
+
+    async fn send(&self, key: &str, body: Value) -> (StatusCode, Value) {
+        self.post("/email/send", Some(key), body).await
+    }
+
+    /// Every event of the feed.
+    async fn events(&self) -> Vec<Value> {
+        let (status, v) = self.get("/events?after=0").await;
+        assert_eq!(status, 200, "{v}");
+        v["events"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The events of `event_type`, once there are `n` of them (within 25 s).
+    async fn wait_for(&self, event_type: &str, n: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(25);
+        loop {
+            let found: Vec<Value> = self
+                .events()
+                .await
+                .into_iter()
+                .filter(|e| e["type"] == event_type)
+                .collect();
+            if found.len() >= n {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} has {} {event_type} events, not {n}",
+                self.email,
+                found.len()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn expect_error(answer: &(StatusCode, Value), status: u16, code: &str, what: &str) {
+    assert_eq!(answer.0.as_u16(), status, "{what}: {}", answer.1);
+    assert_eq!(answer.1["error"]["code"], code, "{what}: {}", answer.1);
+}
+
+/// The six-digit code of a code mail's event.
+fn code_of(event: &Value) -> String {
+    let text = event["data"]["text"].as_str().unwrap_or_default();
+    let at = text
+        .find("code: ")
+        .unwrap_or_else(|| panic!("no code in {text:?}"));
+    let code: String = text[at + 6..].chars().take(6).collect();
+    assert!(code.chars().all(|c| c.is_ascii_digit()), "{text}");
+    code
+}
+
+fn other_code(code: &str) -> String {
+    let n: u32 = code.parse().unwrap_or(0);
+    format!("{:06}", (n + 1) % 1_000_000)
+}
+
+/// Adds `person` as a contact of `agent` and confirms it with the code mailed to it.
+async fn confirmed(agent: &Address, person: &Address) {
+    let codes_before = person.wait_for("email.received", 0).await.len();
+    let (status, v) = agent.add_contact(&person.email).await;
+    assert_eq!(status, 202, "{v}");
+    let mails = person.wait_for("email.received", codes_before + 1).await;
+    let code = code_of(&mails[codes_before]);
+    let (status, v) = agent.confirm(&person.email, &code).await;
+    assert_eq!(status, 200, "{v}");
+}
+
+/// The person replies to `mail` (an `email.received` event of theirs) through `to_server`'s
+/// SMTP door.
+async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, mail: &Value) {
+    use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+    let (host, port) = to_server
+        .smtp
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("smtp address {}", to_server.smtp));
+    let parent = mail["data"]["message_id"].as_str().unwrap_or_default();
+    let message = Message::builder()
+        .from(person.email.parse().unwrap_or_else(|e| panic!("from: {e}")))
+        .to(agent_email.parse().unwrap_or_else(|e| panic!("to: {e}")))
+        .subject(format!(
+            "Re: {}",
+            mail["data"]["subject"].as_str().unwrap_or_default()
+        ))
+        .message_id(Some("<reply-1@people.test>".into()))
+        .in_reply_to(parent.to_owned())
+        .references(parent.to_owned())
+        .body("Yes, go ahead.".to_owned())
+        .unwrap_or_else(|e| panic!("build the reply: {e}"));
+    AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+        .port(port.parse().unwrap_or_else(|e| panic!("port: {e}")))
+        .build()
+        .send(message)
+        .await
+        .unwrap_or_else(|e| panic!("send the reply: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_a_send_and_its_reply_round_trip_between_two_servers() {
+    let people = serve("people.test", &[]).await;
+    let agents = agent_server(&people, &[]).await;
+    let person = create(&people).await;
+    let agent = create(&agents).await;
+
+    let (status, v) = agent.get("/email/contacts").await;
+    assert_eq!(status, 200);
+    assert_eq!(v, json!({"contacts": [], "outbound_configured": true}));
+
+    // The code mail arrives in the person's mailbox (an email.received event on B).
+    let (status, v) = agent.add_contact(&person.email.to_uppercase()).await;
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(v["contact"]["email"], person.email.to_lowercase());
+    assert_eq!(v["contact"]["status"], "pending");
+    assert!(v["code_expires_at"].is_string(), "{v}");
+    assert!(
+        !v.to_string().contains("code\":\""),
+        "the code is never answered: {v}"
+    );
+    let mail = &person.wait_for("email.received", 1).await[0];
+    assert_eq!(mail["source"], "mail@agents.test");
+    assert_eq!(mail["data"]["reply_to"], agent.email.as_str());
+    let code = code_of(mail);
+
+    // A wrong code counts a try; the right one confirms.
+    let wrong = agent.confirm(&person.email, &other_code(&code)).await;
+    expect_error(&wrong, 422, "invalid_code", "a wrong code");
+    assert_eq!(wrong.1["error"]["tries_left"], 4);
+    let (status, v) = agent.confirm(&person.email, &code).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["contact"]["status"], "confirmed");
+    let (_, v) = agent.get("/email/contacts").await;
+    assert_eq!(v["contacts"][0]["status"], "confirmed", "{v}");
+    assert!(v["contacts"][0]["confirmed_at"].is_string(), "{v}");
+
+    // A send: accepted with its email.sent event; the same key again sends nothing more.
+    let body =
+        json!({"to": person.email, "subject": "Deploy?", "text": "Shall I deploy v2?\nIt passed."});
+    let (status, first) = agent.send("deploy-1", body.clone()).await;
+    assert_eq!(status, 202, "{first}");
+    assert_eq!(first["status"], "accepted");
+    let (status, again) = agent.send("deploy-1", body).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["duplicate"], true);
+    assert_eq!(again["event"], first["event"]);
+    let sent = &agent.wait_for("email.sent", 1).await[0];
+    assert_eq!(sent["id"], first["event"]["id"]);
+    assert_eq!(sent["ingress_surface"], "outbound");
+    assert_eq!(sent["data"]["to"], person.email.to_lowercase());
+    assert_eq!(sent["data"]["subject"], "Deploy?");
+    let message_id = sent["data"]["message_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(message_id.ends_with("@agents.test>"), "{message_id}");
+
+    // It arrives from the operator's sender, replies going to the agent's address.
+    let mail = person.wait_for("email.received", 2).await[1].clone();
+    assert_eq!(mail["data"]["subject"], "Deploy?");
+    assert_eq!(mail["data"]["message_id"], message_id.as_str());
+    assert_eq!(mail["data"]["reply_to"], agent.email.as_str());
+    assert_eq!(mail["data"]["from"], "Agents <mail@agents.test>");
+    assert!(
+        mail["data"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("Shall I deploy v2?"),
+        "{mail}"
+    );
+
+    // The person's reply lands in the agent's feed, threaded to the send.
+    reply_by_smtp(&agents, &person, &agent.email, &mail).await;
+    let reply = agent.wait_for("email.received", 1).await[0].clone();
+    assert_eq!(reply["data"]["in_reply_to"], message_id.as_str());
+    assert_eq!(reply["source"], person.email.to_lowercase());
+
+    // The agent answers the reply: `Re: `, In-Reply-To and References follow the thread.
+    let (status, v) = agent
+        .send(
+            "deploy-2",
+            json!({"to": person.email, "subject": "Deploying", "text": "On it.",
+                   "reply_to_event_id": reply["id"]}),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let mail = person.wait_for("email.received", 3).await[2].clone();
+    assert_eq!(mail["data"]["subject"], "Re: Deploying");
+    assert_eq!(mail["data"]["in_reply_to"], "<reply-1@people.test>");
+    assert_eq!(
+        mail["data"]["references"],
+        json!([message_id, "<reply-1@people.test>"])
+    );
+    let sent = agent.wait_for("email.sent", 2).await;
+    assert_eq!(sent[1]["data"]["in_reply_to"], "<reply-1@people.test>");
+
+    // Nothing was sent twice: three mails in all.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(person.wait_for("email.received", 3).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abuse_is_refused_with_its_code_and_nothing_is_sent() {
+    let people = serve("people.test", &[]).await;
+    let agents = agent_server(&people, &["--max-contacts", "3"]).await;
+    let person = create(&people).await;
+    let agent = create(&agents).await;
+
+    // Sending needs a confirmed contact: unknown, then pending.
+    let body = |to: &str| json!({"to": to, "subject": "Hi", "text": "Hello."});
+    expect_error(
+        &agent.send("k0", body(&person.email)).await,
+        403,
+        "contact_not_confirmed",
+        "an unknown recipient",
+    );
+    let (status, _) = agent.add_contact(&person.email).await;
+    assert_eq!(status, 202);
+    expect_error(
+        &agent.send("k0", body(&person.email)).await,
+        403,
+        "contact_not_confirmed",
+        "a pending recipient",
+    );
+
+    // Guessing: five wrong codes spend the code; the right one is then refused too.
+    let code = code_of(&person.wait_for("email.received", 1).await[0]);
+    for left in (0..5).rev() {
+        let wrong = agent.confirm(&person.email, &other_code(&code)).await;
+        expect_error(&wrong, 422, "invalid_code", "a guess");
+        assert_eq!(wrong.1["error"]["tries_left"], left);
+    }
+    let spent = agent.confirm(&person.email, &code).await;
+    expect_error(
+        &spent,
+        422,
+        "invalid_code",
+        "the right code after five guesses",
+    );
+    assert_eq!(spent.1["error"]["tries_left"], 0);
+    expect_error(
+        &agent.confirm(&person.email, "12345").await,
+        400,
+        "invalid_request",
+        "a code that is not six digits",
+    );
+    // A new code (the second mail of the day) works; a fourth mail in a day is refused.
+    let (status, _) = agent.add_contact(&person.email).await;
+    assert_eq!(status, 202);
+    let code = code_of(&person.wait_for("email.received", 2).await[1]);
+    let (status, v) = agent.confirm(&person.email, &code).await;
+    assert_eq!(status, 200, "{v}");
+    let other = create(&people).await;
+    for _ in 0..3 {
+        let (status, v) = agent.add_contact(&other.email).await;
+        assert_eq!(status, 202, "{v}");
+    }
+    let fourth = agent.add_contact(&other.email).await;
+    expect_error(&fourth, 429, "rate_limited", "a fourth code mail in a day");
+    assert!(fourth.1["error"]["retry_after_seconds"].as_u64() > Some(0));
+    // The contact cap (--max-contacts 3).
+    let third = create(&people).await;
+    let (status, _) = agent.add_contact(&third.email).await;
+    assert_eq!(status, 202);
+    expect_error(
+        &agent.add_contact("fourth@people.test").await,
+        409,
+        "quota_exceeded",
+        "a contact over the cap",
+    );
+
+    // Header injection through `to` and `subject`, and encoded-words: refused before anything.
+    for (what, to, subject) in [
+        (
+            "CRLF in to",
+            format!("{}\r\nBcc: eve@evil.test", person.email),
+            "Hi".to_owned(),
+        ),
+        (
+            "LF in to",
+            format!("{}\nBcc: eve@evil.test", person.email),
+            "Hi".to_owned(),
+        ),
+        (
+            "a display name in to",
+            format!("Eve <{}>", person.email),
+            "Hi".to_owned(),
+        ),
+        (
+            "two recipients",
+            format!("{},eve@evil.test", person.email),
+            "Hi".to_owned(),
+        ),
+        (
+            "an encoded-word in to",
+            "=?utf-8?q?x?=@people.test".to_owned(),
+            "Hi".to_owned(),
+        ),
+        (
+            "CRLF in subject",
+            person.email.clone(),
+            "Hi\r\nBcc: eve@evil.test".to_owned(),
+        ),
+        (
+            "LF in subject",
+            person.email.clone(),
+            "Hi\nBcc: eve@evil.test".to_owned(),
+        ),
+        (
+            "an encoded-word in subject",
+            person.email.clone(),
+            "=?utf-8?b?SGkNCkJjYzogZXZl?=".to_owned(),
+        ),
+        ("an empty subject", person.email.clone(), String::new()),
+        (
+            "a 201-character subject",
+            person.email.clone(),
+            "s".repeat(201),
+        ),
+    ] {
+        expect_error(
+            &agent
+                .send("inject", json!({"to": to, "subject": subject, "text": "x"}))
+                .await,
+            400,
+            "invalid_request",
+            what,
+        );
+    }
+    expect_error(
+        &agent
+            .add_contact(&format!("{}\r\nBcc: eve@evil.test", person.email))
+            .await,
+        400,
+        "invalid_request",
+        "CRLF in a contact",
+    );
+    // The text: 10,000 bytes go, 10,001 do not.
+    expect_error(
+        &agent
+            .send(
+                "long",
+                json!({"to": person.email, "subject": "Long", "text": "x".repeat(10_001)}),
+            )
+            .await,
+        400,
+        "invalid_request",
+        "a 10,001-byte text",
+    );
+    // No Idempotency-Key.
+    expect_error(
+        &agent.post("/email/send", None, body(&person.email)).await,
+        400,
+        "invalid_request",
+        "a send without an Idempotency-Key",
+    );
+    // A reply to an event that is not an email, and to none.
+    let (_, events) = agent.get("/events?after=0").await;
+    assert_eq!(
+        events["events"],
+        json!([]),
+        "nothing appended by any refusal"
+    );
+    let (status, first) = agent.send("k1", body(&person.email)).await;
+    assert_eq!(status, 202, "{first}");
+    expect_error(
+        &agent
+            .send(
+                "k2",
+                json!({"to": person.email, "subject": "Hi", "text": "x",
+                               "reply_to_event_id": first["event"]["id"]}),
+            )
+            .await,
+        400,
+        "invalid_request",
+        "a reply to an email.sent event",
+    );
+    expect_error(
+        &agent
+            .send(
+                "k2",
+                json!({"to": person.email, "subject": "Hi", "text": "x",
+                               "reply_to_event_id": "evt_0000000000099"}),
+            )
+            .await,
+        404,
+        "not_found",
+        "a reply to no event",
+    );
+    // The same key with another body.
+    expect_error(
+        &agent
+            .send(
+                "k1",
+                json!({"to": person.email, "subject": "Other", "text": "x"}),
+            )
+            .await,
+        422,
+        "idempotency_key_reused",
+        "a replayed key with another body",
+    );
+    // 20 sends a day (k1 and 19 more, one of 10,000 bytes); the 21st is refused.
+    let (status, v) = agent
+        .send(
+            "k-long",
+            json!({"to": person.email, "subject": "Long", "text": "x".repeat(10_000)}),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    for n in 3..=20 {
+        let (status, v) = agent.send(&format!("k{n}"), body(&person.email)).await;
+        assert_eq!(status, 202, "send {n}: {v}");
+    }
+    let over = agent.send("k21", body(&person.email)).await;
+    expect_error(&over, 429, "rate_limited", "the 21st send of the day");
+    assert!(over.1["error"]["retry_after_seconds"].as_u64() > Some(0));
+
+    // What was sent: the person's 2 code mails and the 20 sends, nothing else.
+    let received = person.wait_for("email.received", 22).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(person.events().await.len(), 22, "{received:?}");
+    assert!(received.iter().all(|m| !m["data"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("evil")));
+    assert_eq!(agent.wait_for("email.sent", 20).await.len(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_failures_are_retried_then_reported() {
+    let mut people = serve("people.test", &[]).await;
+    let agents = agent_server(
+        &people,
+        &[
+            "--outbound-retry-first-ms",
+            "300",
+            "--outbound-attempts",
+            "3",
+            "--outbound-tick-ms",
+            "50",
+        ],
+    )
+    .await;
+    let person = create(&people).await;
+    let gone = create(&people).await;
+    let agent = create(&agents).await;
+    confirmed(&agent, &person).await;
+    confirmed(&agent, &gone).await;
+
+    // A permanent refusal (the relay answers 550 for a deleted mailbox): reported at once.
+    let r = http()
+        .delete(gone.url(""))
+        .bearer_auth(&gone.token)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DELETE: {e}"));
+    assert!(r.status().is_success());
+    let (status, v) = agent
+        .send(
+            "p1",
+            json!({"to": gone.email, "subject": "Hi", "text": "x"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let failed = agent.wait_for("email.send_failed", 1).await[0].clone();
+    assert_eq!(failed["data"]["event_id"], v["event"]["id"]);
+    assert_eq!(failed["data"]["permanent"], true);
+    assert_eq!(failed["data"]["attempts"], 1);
+    assert!(
+        failed["data"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("550"),
+        "{failed}"
+    );
+
+    // The relay is down: tried 3 times (300 ms, then 1.2 s apart), then reported.
+    people
+        ._child
+        .kill()
+        .await
+        .unwrap_or_else(|e| panic!("stop B: {e}"));
+    let _ = people._child.wait().await;
+    let started = Instant::now();
+    let (status, v) = agent
+        .send(
+            "t1",
+            json!({"to": person.email, "subject": "Hi", "text": "x"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{v}");
+    let failed = agent.wait_for("email.send_failed", 2).await[1].clone();
+    assert_eq!(failed["data"]["event_id"], v["event"]["id"]);
+    assert_eq!(failed["data"]["permanent"], false);
+    assert_eq!(failed["data"]["attempts"], 3);
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "the retries waited: {:?}",
+        started.elapsed()
+    );
+    // A code mail the relay cannot take now is 503, safe to retry.
+    let (status, v) = agent.add_contact("someone@people.test").await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "unavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_relay_the_routes_say_so() {
+    let alone = serve("agents.test", &[]).await;
+    let agent = create(&alone).await;
+    let (status, v) = agent.get("/email/contacts").await;
+    assert_eq!(status, 200);
+    assert_eq!(v["outbound_configured"], false);
+    expect_error(
+        &agent.add_contact("ada@example.com").await,
+        503,
+        "outbound_not_configured",
+        "a contact",
+    );
+    expect_error(
+        &agent
+            .send(
+                "k",
+                json!({"to": "ada@example.com", "subject": "Hi", "text": "x"}),
+            )
+            .await,
+        503,
+        "outbound_not_configured",
+        "a send",
+    );
+    // A sender without a relay is a start-up error.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .args(["serve", "--db", ":memory:", "--listen", "127.0.0.1:0"])
+        .args(["--email-from", "mail@agents.test"])
+        .output()
+        .unwrap_or_else(|e| panic!("run serve: {e}"));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--smtp-relay"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"))
+        .args(["serve", "--db", ":memory:", "--listen", "127.0.0.1:0"])
+        .args([
+            "--email-from",
+            "mail@agents.test",
+            "--smtp-relay",
+            "smtp://u:pw@127.0.0.1:25",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("run serve: {e}"));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("password"), "{stderr}");
+    assert!(
+        !stderr.contains("pw@"),
+        "the password is not repeated: {stderr}"
+    );
+}
