@@ -5,6 +5,7 @@
 //! arrives with `Reply-To` and threading, and the reply lands in A's feed threaded to the send.
 //! Then the abuse cases, each refused with its code and nothing sent, and the relay's failures.
 
+mod client_harness;
 mod common;
 
 use std::time::{Duration, Instant};
@@ -678,4 +679,83 @@ async fn without_a_relay_the_routes_say_so() {
         !stderr.contains("pw@"),
         "the password is not repeated: {stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_adds_confirms_and_sends() {
+    let people = serve("people.test", &[]).await;
+    let agents = agent_server(&people, &[]).await;
+    let person = create(&people).await;
+    let mut cli = client_harness::Cli::new(&agents.base);
+    cli.create(&["create", "mail-task"]).await;
+
+    let listed = cli.ok(&["contacts", "mail-task"]).await;
+    assert_eq!(listed, json!({"contacts": [], "outbound_configured": true}));
+    let added = cli.ok(&["contact", "mail-task", &person.email]).await;
+    assert_eq!(added["contact"]["status"], "pending");
+    let code = code_of(&person.wait_for("email.received", 1).await[0]);
+    let wrong = cli
+        .fails(
+            &[
+                "contact",
+                "mail-task",
+                &person.email,
+                "--code",
+                &other_code(&code),
+            ],
+            2,
+            "invalid_code",
+        )
+        .await;
+    assert_eq!(wrong["tries_left"], 4);
+    let confirmed = cli
+        .ok(&["contact", "mail-task", &person.email, "--code", &code])
+        .await;
+    assert_eq!(confirmed["contact"]["status"], "confirmed");
+
+    let args = [
+        "send",
+        "mail-task",
+        "--to",
+        &person.email,
+        "--subject",
+        "From the CLI",
+    ];
+    let out = cli
+        .run_with(&args, Some(&agents.base), Some(b"Line one\nLine two\n"))
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let first = out.json();
+    assert_eq!(first["status"], "accepted");
+    // The same command again: the default key is the message's hash, nothing is sent twice.
+    let out = cli
+        .run_with(&args, Some(&agents.base), Some(b"Line one\nLine two\n"))
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["duplicate"], true);
+    assert_eq!(out.json()["event"], first["event"]);
+    let mail = person.wait_for("email.received", 2).await[1].clone();
+    assert_eq!(mail["data"]["subject"], "From the CLI");
+    assert!(mail["data"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("Line two"));
+    // Not a contact: exit 2.
+    let out = cli
+        .run_with(
+            &[
+                "send",
+                "mail-task",
+                "--to",
+                "eve@people.test",
+                "--subject",
+                "Hi",
+            ],
+            Some(&agents.base),
+            Some(b"x"),
+        )
+        .await;
+    client_harness::check_failure(&out, 2, "contact_not_confirmed");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(person.events().await.len(), 2, "one code mail and one send");
 }

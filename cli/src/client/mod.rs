@@ -64,6 +64,55 @@ pub enum ClientCommand {
     /// Client: ask a person a question for TASK; prints the request and its page URL to give
     /// them. Their answer arrives in TASK's feed as a `request.answered` event.
     Ask(AskArgs),
+    /// Client: the email contacts of TASK's address, and whether the server sends email.
+    Contacts(ContactsArgs),
+    /// Client: add a contact (a 6-digit code is mailed to it), or confirm it with `--code`.
+    Contact(ContactArgs),
+    /// Client: email a confirmed contact of TASK; the text is read from stdin. Replies arrive in
+    /// TASK's feed as `email.received` events.
+    Send(SendArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ContactsArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ContactArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    /// The contact's email address (plain: ada@example.com).
+    email: String,
+    /// The six digits mailed to the contact: confirms it. Without it, a code is mailed.
+    #[arg(long, value_name = "DIGITS")]
+    code: Option<String>,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// Task name (as given to `create`).
+    task: String,
+    /// A confirmed contact.
+    #[arg(long, value_name = "EMAIL")]
+    to: String,
+    /// The subject (1..200 characters, one line).
+    #[arg(long)]
+    subject: String,
+    /// Reply to this `email.received` event of TASK (threads the mail, `Re: ` subject).
+    #[arg(long, value_name = "EVENT_ID")]
+    reply_to: Option<String>,
+    /// The Idempotency-Key. Default: a hash of the message and its recipient, so running the
+    /// same command again never sends it twice; give a key to send the same text again.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
+    #[command(flatten)]
+    server: ServerArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -282,7 +331,77 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         ClientCommand::State(args) => state(args, secret).await,
         ClientCommand::Attachment(args) => attachment::attachment(args, secret).await,
         ClientCommand::Ask(args) => ask(args, secret).await,
+        ClientCommand::Contacts(args) => {
+            let (_, saved, api) = connect(&args.task, &args.server, secret)?;
+            api.call(
+                Method::GET,
+                &format!("addresses/{}/email/contacts", saved.address_id),
+                &[],
+                Some(&saved.read_token),
+                None,
+                Duration::ZERO,
+            )
+            .await
+        }
+        ClientCommand::Contact(args) => contact(args, secret).await,
+        ClientCommand::Send(args) => send(args, secret).await,
     }
+}
+
+async fn contact(args: ContactArgs, secret: &mut Option<String>) -> Result<Value> {
+    let (_, saved, api) = connect(&args.task, &args.server, secret)?;
+    let mut body = Map::new();
+    body.insert("email".into(), Value::String(args.email));
+    if let Some(code) = args.code {
+        body.insert("code".into(), Value::String(code));
+    }
+    api.call_with_key(
+        Method::POST,
+        &format!("addresses/{}/email/contacts", saved.address_id),
+        Some(&saved.read_token),
+        &Value::Object(body),
+        None,
+    )
+    .await
+}
+
+async fn send(args: SendArgs, secret: &mut Option<String>) -> Result<Value> {
+    let (_, saved, api) = connect(&args.task, &args.server, secret)?;
+    if std::io::stdin().is_terminal() {
+        return Err(CliError::new(
+            "usage",
+            "send reads the text from stdin: pipe it in (echo 'Hello' | agentaddress send …)",
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut bytes)
+        .map_err(|e| CliError::new("usage", format!("cannot read stdin: {e}")))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| CliError::new("usage", "the text must be UTF-8"))?;
+    let mut body = Map::new();
+    body.insert("to".into(), Value::String(args.to));
+    body.insert("subject".into(), Value::String(args.subject));
+    body.insert("text".into(), Value::String(text));
+    if let Some(event_id) = args.reply_to {
+        body.insert("reply_to_event_id".into(), Value::String(event_id));
+    }
+    let body = Value::Object(body);
+    let key = args.idempotency_key.unwrap_or_else(|| {
+        use sha2::{Digest, Sha256};
+        format!(
+            "cli-{}",
+            hex::encode(Sha256::digest(body.to_string().as_bytes()))
+        )
+    });
+    api.call_with_key(
+        Method::POST,
+        &format!("addresses/{}/email/send", saved.address_id),
+        Some(&saved.read_token),
+        &body,
+        Some(&key),
+    )
+    .await
 }
 
 async fn ask(args: AskArgs, secret: &mut Option<String>) -> Result<Value> {
