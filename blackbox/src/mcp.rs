@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::{Address, Client};
 
 /// The tools the endpoint must list, in this order.
-pub const TOOLS: [&str; 8] = [
+pub const TOOLS: [&str; 11] = [
     "create_return_address",
     "poll_events",
     "acknowledge_event",
@@ -22,6 +22,9 @@ pub const TOOLS: [&str; 8] = [
     "delete_state",
     "get_attachment",
     "ask_person",
+    "list_contacts",
+    "add_contact",
+    "send_email",
 ];
 
 /// An MCP client session (initialized) against one deployment, with the tools it listed.

@@ -759,3 +759,68 @@ async fn the_cli_adds_confirms_and_sends() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(person.events().await.len(), 2, "one code mail and one send");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_tools_add_confirm_and_send() {
+    use agentaddress_blackbox::mcp::Mcp;
+    let people = serve("people.test", &[]).await;
+    let agents = agent_server(&people, &[]).await;
+    let person = create(&people).await;
+    let mcp = Mcp::connect(&agents.base).await;
+    let (a, _) = mcp.create(json!({"task_id": "mcp-mail"})).await;
+    let with = |extra: Value| {
+        let mut args = json!({"address_id": a.id, "read_token": a.token});
+        if let (Some(m), Value::Object(e)) = (args.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        args
+    };
+    let listed = mcp.call("list_contacts", with(json!({}))).await;
+    assert_eq!(listed.ok("list_contacts")["outbound_configured"], true);
+    let added = mcp
+        .call("add_contact", with(json!({"email": person.email})))
+        .await;
+    assert_eq!(added.ok("add_contact")["contact"]["status"], "pending");
+    let code = code_of(&person.wait_for("email.received", 1).await[0]);
+    mcp.call(
+        "add_contact",
+        with(json!({"email": person.email, "code": other_code(&code)})),
+    )
+    .await
+    .expect_error("invalid_code", "a wrong code");
+    let confirmed = mcp
+        .call(
+            "add_contact",
+            with(json!({"email": person.email, "code": code})),
+        )
+        .await;
+    assert_eq!(
+        confirmed.ok("add_contact")["contact"]["status"],
+        "confirmed"
+    );
+    let args = with(
+        json!({"to": person.email, "subject": "Over MCP", "text": "Hello.",
+                           "idempotency_key": "mcp-1"}),
+    );
+    let sent = mcp.call("send_email", args.clone()).await;
+    assert_eq!(sent.ok("send_email")["status"], "accepted");
+    let again = mcp.call("send_email", args).await;
+    assert_eq!(again.ok("send_email")["duplicate"], true);
+    mcp.call(
+        "send_email",
+        with(json!({"to": person.email, "subject": "No key", "text": "x"})),
+    )
+    .await
+    .expect_error("invalid_request", "no idempotency_key");
+    mcp.call(
+        "send_email",
+        with(
+            json!({"to": "eve@people.test", "subject": "Hi", "text": "x", "idempotency_key": "k"}),
+        ),
+    )
+    .await
+    .expect_error("contact_not_confirmed", "a stranger");
+    let mail = person.wait_for("email.received", 2).await[1].clone();
+    assert_eq!(mail["data"]["subject"], "Over MCP");
+    mcp.close().await;
+}

@@ -16,7 +16,7 @@ mod handlers;
 pub mod hygiene;
 pub mod openapi;
 pub mod outbound;
-mod outbound_routes;
+pub mod outbound_routes;
 pub mod page_budget;
 pub mod pages;
 pub mod request;
