@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::routes::Shape;
+use agentaddress_api::outbound::{consume_send, Dispatch, Outbound, RetryPolicy};
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
@@ -57,39 +58,117 @@ type Queue = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn
 /// The purge queue of the configuration (`AGENTADDRESS_PURGE_QUEUE_URL`).
 const PURGES: Queue = AwsConfig::purge_queue_with;
 
+/// What gives a function outbound email (docs/API.md §16): [`SENDING`] in the functions that
+/// send, `None` in the others, so that only those link SES and the mail builder.
+type Sending = fn(&agentaddress_dynamodb::SdkConfig) -> Result<Option<Arc<Outbound>>, String>;
+
+/// Outbound email from the environment: `AGENTADDRESS_EMAIL_FROM` (the sender, a verified SES
+/// identity) and `AGENTADDRESS_SEND_QUEUE_URL` (the send queue), with
+/// `AGENTADDRESS_SES_CONFIGURATION_SET` if set. Neither: not configured; one alone: an error.
+const SENDING: Sending = outbound_from_env;
+
+fn env_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn outbound_from_env(
+    sdk: &agentaddress_dynamodb::SdkConfig,
+) -> Result<Option<Arc<Outbound>>, String> {
+    let (from, queue_url) = match (
+        env_value("AGENTADDRESS_EMAIL_FROM"),
+        env_value("AGENTADDRESS_SEND_QUEUE_URL"),
+    ) {
+        (None, None) => return Ok(None),
+        (Some(from), Some(queue)) => (from, queue),
+        _ => {
+            return Err("AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL go together".into())
+        }
+    };
+    agentaddress_outbound::check_sender(&from)?;
+    Ok(Some(Arc::new(Outbound {
+        from,
+        relay: Arc::new(agentaddress_outbound::ses::SesRelay::new(
+            sdk,
+            env_value("AGENTADDRESS_SES_CONFIGURATION_SET"),
+        )),
+        dispatch: Arc::new(SendQueue {
+            client: aws_sdk_sqs::Client::new(sdk),
+            queue_url,
+        }),
+        retry: RetryPolicy::default(),
+    })))
+}
+
+/// The send queue: a recorded send is handed on as `{"address_id", "send_id"}`.
+pub struct SendQueue {
+    pub client: aws_sdk_sqs::Client,
+    pub queue_url: String,
+}
+
+#[async_trait::async_trait]
+impl Dispatch for SendQueue {
+    async fn dispatch(&self, address_id: &str, send_id: &str) -> Result<(), String> {
+        self.client
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(
+                serde_json::json!({ "address_id": address_id, "send_id": send_id }).to_string(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("SendMessage: {e:?}"))
+    }
+}
+
 async fn store(
     service: &ServiceConfig,
     bucket: Option<Bucket>,
     purges: Option<Queue>,
 ) -> Result<DynamoStore, Error> {
+    Ok(store_and_sdk(service, bucket, purges).await?.0)
+}
+
+async fn store_and_sdk(
+    service: &ServiceConfig,
+    bucket: Option<Bucket>,
+    purges: Option<Queue>,
+) -> Result<(DynamoStore, agentaddress_dynamodb::SdkConfig), Error> {
     let aws = AwsConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
     let sdk = agentaddress_dynamodb::lambda_sdk_config().await;
     let mut store = aws.store_with(&sdk, service.tombstone_seconds);
     if let Some(queue) = purges.and_then(|q| q(&aws, &sdk)) {
         store = store.with_purge_queue(queue);
     }
-    Ok(match bucket.and_then(|b| b(&aws, &sdk)) {
+    let store = match bucket.and_then(|b| b(&aws, &sdk)) {
         Some(bucket) => store.with_email_bucket(bucket),
         None => store,
-    })
+    };
+    Ok((store, sdk))
 }
 
 /// Serves `groups` of the API as this Lambda function. A binary names the `static` of its own
 /// groups (`agentaddress_api::routes::groups`), so it links no other group's handlers.
 pub async fn run_http(groups: &[&'static Routes]) -> Result<(), Error> {
-    serve_http(groups, None, &[], None, None).await
+    serve_http(groups, None, &[], None, None, None).await
+}
+
+/// [`run_http`] for the routes that send email (the `outbound` function): outbound email from
+/// the environment ([`SENDING`]).
+pub async fn run_http_sending(groups: &[&'static Routes]) -> Result<(), Error> {
+    serve_http(groups, None, &[], None, None, Some(SENDING)).await
 }
 
 /// [`run_http`] for routes that delete addresses (the `address` function): the store gets the
 /// purge queue, and a deleted address's items are purged.
 pub async fn run_http_deleting(groups: &[&'static Routes]) -> Result<(), Error> {
-    serve_http(groups, None, &[], None, Some(PURGES)).await
+    serve_http(groups, None, &[], None, Some(PURGES), None).await
 }
 
 /// [`run_http`] for routes that read stored mail (the `email-api` function): the store gets the
 /// email bucket.
 pub async fn run_http_reading_mail(groups: &[&'static Routes]) -> Result<(), Error> {
-    serve_http(groups, None, &[], Some(MAIL), None).await
+    serve_http(groups, None, &[], Some(MAIL), None, None).await
 }
 
 /// [`run_http`], with what serves the MCP group (only the `mcp` function passes it, so only
@@ -101,7 +180,7 @@ pub async fn run_http_with(
     mcp: Option<api::McpRoute>,
     others: &[Shape],
 ) -> Result<(), Error> {
-    serve_http(groups, mcp, others, None, None).await
+    serve_http(groups, mcp, others, None, None, None).await
 }
 
 async fn serve_http(
@@ -110,11 +189,17 @@ async fn serve_http(
     others: &[Shape],
     bucket: Option<Bucket>,
     purges: Option<Queue>,
+    sending: Option<Sending>,
 ) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let store = store(&service, bucket, purges).await?;
-    let router = api::router_of(groups, http_state(Arc::new(store), &service), mcp, others);
+    let (store, sdk) = store_and_sdk(&service, bucket, purges).await?;
+    let outbound = match sending {
+        Some(sending) => sending(&sdk).map_err(|e| format!("configuration: {e}"))?,
+        None => None,
+    };
+    let state = http_state(Arc::new(store), &service).with_outbound(outbound);
+    let router = api::router_of(groups, state, mcp, others);
     let app = tower::ServiceBuilder::new()
         .map_request(|mut req: lambda_http::Request| {
             let ip = match req.request_context_ref() {
@@ -138,6 +223,92 @@ pub fn http_state(
     service: &ServiceConfig,
 ) -> AppState {
     AppState::new(store, ApiConfig::from(service)).with_streams(None)
+}
+
+/// The send queue consumer (docs/API.md §16): each message names a recorded send; one delivery
+/// attempt through SES, then the message is removed when the send is done, or hidden until it
+/// is due again (a retry after a temporary failure, or the end of another attempt's lease) and
+/// reported failed so it comes back then. A message that keeps failing to be handled goes to the
+/// dead-letter queue.
+pub async fn run_send() -> Result<(), Error> {
+    init_tracing();
+    let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
+    let (store, sdk) = store_and_sdk(&service, None, None).await?;
+    let outbound = outbound_from_env(&sdk)
+        .map_err(|e| format!("configuration: {e}"))?
+        .ok_or("configuration: AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL are not set")?;
+    let queue = SendQueue {
+        client: aws_sdk_sqs::Client::new(&sdk),
+        queue_url: env_value("AGENTADDRESS_SEND_QUEUE_URL").unwrap_or_default(),
+    };
+    let worker = Arc::new((store, outbound, queue, service.limits()));
+    metrics_cloudwatch_embedded::lambda::service::run(
+        init_metrics()?,
+        lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| {
+            let worker = Arc::clone(&worker);
+            async move {
+                let (store, outbound, queue, limits) = worker.as_ref();
+                Ok::<_, Error>(send_batch(store, outbound, queue, limits, event.payload).await)
+            }
+        }),
+    )
+    .await
+}
+
+/// Handles one SQS batch of the send queue.
+pub async fn send_batch(
+    store: &DynamoStore,
+    outbound: &Outbound,
+    queue: &SendQueue,
+    limits: &agentaddress_core::domain::Limits,
+    batch: SqsEvent,
+) -> SqsBatchResponse {
+    let mut response = SqsBatchResponse::default();
+    for record in batch.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or("");
+        let parsed: Option<(String, String)> = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| {
+                Some((
+                    v["address_id"].as_str()?.to_owned(),
+                    v["send_id"].as_str()?.to_owned(),
+                ))
+            });
+        let Some((address_id, send_id)) = parsed else {
+            tracing::warn!(message_id = %id, "not a send message: dropped");
+            continue;
+        };
+        let later = match consume_send(store, outbound, limits, &SystemClock, &address_id, &send_id)
+            .await
+        {
+            Ok(None) => continue,
+            Ok(Some(at)) => Some(at),
+            Err(e) => {
+                tracing::warn!(message_id = %id, %send_id, error = %e, "send not handled; the message will be retried");
+                None
+            }
+        };
+        if let (Some(at), Some(receipt)) = (later, record.receipt_handle.as_deref()) {
+            // Hidden until it is due (SQS allows up to 12 hours).
+            let seconds = ((at - SystemClock.now() + 999) / 1000).clamp(1, 43_200);
+            if let Err(e) = queue
+                .client
+                .change_message_visibility()
+                .queue_url(&queue.queue_url)
+                .receipt_handle(receipt)
+                .visibility_timeout(i32::try_from(seconds).unwrap_or(43_200))
+                .send()
+                .await
+            {
+                tracing::warn!(message_id = %id, error = ?e, "cannot hide the message until its send is due");
+            }
+        }
+        let mut failure = BatchItemFailure::default();
+        failure.item_identifier = id;
+        response.batch_item_failures.push(failure);
+    }
+    response
 }
 
 /// How many purge steps (of up to 500 items) one message gets before it is sent again.

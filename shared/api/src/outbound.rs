@@ -14,15 +14,7 @@ use crate::domain::{Clock, Ingress, Limits, Millis};
 use crate::relay::{Mail, Relay, RelayError};
 use crate::store::{NewEvent, SendOutcome, SendRecord, Store, StoreError};
 
-/// How a recorded send reaches [`deliver`]: `serve` wakes its [`DeliveryLoop`]; on AWS the
-/// send is put on the send queue, whose function delivers it.
-#[async_trait]
-pub trait Dispatch: Send + Sync + 'static {
-    /// Hands on send `send_id` of `address_id`. An error leaves the send pending: `serve`'s
-    /// loop finds it anyway; on AWS a retry of the request with its Idempotency-Key hands it on
-    /// again.
-    async fn dispatch(&self, address_id: &str, send_id: &str) -> Result<(), String>;
-}
+pub use crate::relay::Dispatch;
 
 /// The operator's outbound configuration. Without one, the routes of docs/API.md §16 answer
 /// 503 `outbound_not_configured`.
@@ -142,6 +134,32 @@ pub async fn deliver(
         Ok(()) => Ok(delivery),
         Err(StoreError::AddressGone | StoreError::AddressNotFound) => Ok(Delivery::AddressGone),
         Err(e) => Err(e),
+    }
+}
+
+/// What a queue consumer does with one message naming send `send_id` of `address_id` (the
+/// send queue on AWS): one [`deliver`] attempt, then when to see the message again — `None`
+/// when the send is done (sent, failed, its address gone), else the time it is due again (a
+/// retry's, or the end of another attempt's lease), to hide the message until then.
+pub async fn consume_send(
+    store: &dyn Store,
+    outbound: &Outbound,
+    limits: &Limits,
+    clock: &dyn Clock,
+    address_id: &str,
+    send_id: &str,
+) -> Result<Option<Millis>, StoreError> {
+    match deliver(store, outbound, limits, clock, address_id, send_id).await? {
+        Delivery::Retrying { next_attempt_at } => Ok(Some(next_attempt_at)),
+        Delivery::Skipped => match store.get_send(address_id, send_id, clock.now()).await {
+            Ok(Some(send)) if send.status == crate::domain::outbound::SendStatus::Pending => {
+                let later = send.next_attempt_at.max(send.lease_until);
+                Ok(Some(later.unwrap_or_else(|| clock.now() + 1_000)))
+            }
+            Ok(_) | Err(StoreError::AddressGone | StoreError::AddressNotFound) => Ok(None),
+            Err(e) => Err(e),
+        },
+        Delivery::Sent | Delivery::Failed { .. } | Delivery::AddressGone => Ok(None),
     }
 }
 

@@ -425,8 +425,15 @@ pub async fn send_email(
             .dispatch(&address_id, &recorded.send_id)
             .await
         {
+            // Recorded, but nothing will deliver it until it is handed on: the client retries
+            // with the same key (a duplicate, handed on again).
             tracing::warn!(%address_id, send_id = %recorded.send_id, error = %e,
                 "a recorded send could not be handed on; it stays pending");
+            return Err(ApiError::Unavailable(
+                "the send is recorded but could not be queued; retry with the same \
+                 Idempotency-Key"
+                    .into(),
+            ));
         }
     }
     if !recorded.duplicate {

@@ -41,3 +41,12 @@ pub trait Relay: Send + Sync + 'static {
 
     async fn send(&self, mail: &Mail) -> Result<(), RelayError>;
 }
+
+/// How a recorded send reaches its delivery: `serve` wakes its delivery loop; on AWS the send is
+/// put on the send queue, whose function delivers it (docs/API.md §16).
+#[async_trait]
+pub trait Dispatch: Send + Sync + 'static {
+    /// Hands on send `send_id` of `address_id`. An error leaves the send pending and is
+    /// answered 503: a retry of the request with its Idempotency-Key hands it on again.
+    async fn dispatch(&self, address_id: &str, send_id: &str) -> Result<(), String>;
+}

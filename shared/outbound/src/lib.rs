@@ -189,3 +189,75 @@ mod tests {
         );
     }
 }
+
+/// SES v2 as the relay (feature `ses`): the Lambda functions that send on AWS.
+#[cfg(feature = "ses")]
+pub mod ses {
+    use agentaddress_core::relay::{Mail, Relay, RelayError};
+    use async_trait::async_trait;
+    use aws_sdk_sesv2::error::SdkError;
+    use aws_sdk_sesv2::operation::send_email::SendEmailError;
+    use aws_sdk_sesv2::primitives::Blob;
+    use aws_sdk_sesv2::types::{Destination, EmailContent, RawMessage};
+
+    /// `SendEmail` of the raw message [`super::build_message`] builds, so the headers are the
+    /// same as over SMTP. The function's role may send only from the configured identity.
+    pub struct SesRelay {
+        client: aws_sdk_sesv2::Client,
+        configuration_set: Option<String>,
+    }
+
+    impl SesRelay {
+        pub fn new(sdk: &aws_types::SdkConfig, configuration_set: Option<String>) -> Self {
+            Self {
+                client: aws_sdk_sesv2::Client::new(sdk),
+                configuration_set,
+            }
+        }
+    }
+
+    #[async_trait]
+    impl Relay for SesRelay {
+        fn kind(&self) -> &'static str {
+            "ses"
+        }
+
+        async fn send(&self, mail: &Mail) -> Result<(), RelayError> {
+            let raw = super::build_message(mail)?.formatted();
+            let content = RawMessage::builder()
+                .data(Blob::new(raw))
+                .build()
+                .map_err(|e| RelayError::Permanent(e.to_string()))?;
+            let sender = mail
+                .from
+                .rsplit_once('<')
+                .map_or(mail.from.as_str(), |(_, a)| a.trim_end_matches('>'));
+            let mut request = self
+                .client
+                .send_email()
+                .from_email_address(sender)
+                .destination(Destination::builder().to_addresses(&mail.to).build())
+                .content(EmailContent::builder().raw(content).build());
+            if let Some(set) = &self.configuration_set {
+                request = request.configuration_set_name(set);
+            }
+            match request.send().await {
+                Ok(_) => Ok(()),
+                Err(SdkError::ServiceError(e)) => {
+                    let error = e.err();
+                    let text = format!("SES: {error}");
+                    match error {
+                        SendEmailError::MessageRejected(_)
+                        | SendEmailError::BadRequestException(_)
+                        | SendEmailError::NotFoundException(_)
+                        | SendEmailError::MailFromDomainNotVerifiedException(_) => {
+                            Err(RelayError::Permanent(text))
+                        }
+                        _ => Err(RelayError::Temporary(text)),
+                    }
+                }
+                Err(e) => Err(RelayError::Temporary(format!("SES: {e}"))),
+            }
+        }
+    }
+}

@@ -315,6 +315,15 @@ impl Store for SqliteStore {
         self.claim_send_impl(id, send_id, lease_until, now).await
     }
 
+    async fn get_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.get_send_impl(id, send_id, now).await
+    }
+
     async fn finish_send(
         &self,
         id: &str,

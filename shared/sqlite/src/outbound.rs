@@ -46,7 +46,7 @@ fn load_contact(conn: &Connection, id: &str, email: &str) -> StoreResult<Option<
 }
 
 const SEND_COLUMNS: &str = "id, address_id, seq, event_id, recipient, reply_to, subject, text, \
-     message_id, in_reply_to, refs, status, attempts, next_attempt_at, last_error";
+     message_id, in_reply_to, refs, status, attempts, next_attempt_at, last_error, lease_until";
 
 fn send_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SendRecord> {
     let refs: String = r.get(10)?;
@@ -71,6 +71,7 @@ fn send_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<SendRecord> {
         attempts: u32::try_from(r.get::<_, i64>(12)?).unwrap_or(u32::MAX),
         next_attempt_at: r.get(13)?,
         last_error: r.get(14)?,
+        lease_until: r.get(15)?,
     })
 }
 
@@ -359,6 +360,21 @@ impl SqliteStore {
             if claimed == 0 {
                 return Ok(None);
             }
+            load_send(conn, &id, &send_id)
+        })
+        .await
+    }
+
+    /// `Store::get_send` (the trait impl in lib.rs delegates here).
+    pub(crate) async fn get_send_impl(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        let (id, send_id) = (id.to_owned(), send_id.to_owned());
+        self.read(move |conn| {
+            live_address(conn, &id, now)?;
             load_send(conn, &id, &send_id)
         })
         .await

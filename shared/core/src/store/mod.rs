@@ -637,6 +637,19 @@ pub trait Store: Send + Sync + 'static {
         Err(StoreError::NotSupported("outbound email"))
     }
 
+    /// Send `send_id` of address `id` as stored, whatever its state (`None` when there is no
+    /// such send): what a queue consumer reads when [`Store::claim_send`] took nothing, to know
+    /// whether the send is done or when to look again.
+    async fn get_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        let _ = (id, send_id, now);
+        Err(StoreError::NotSupported("outbound email"))
+    }
+
     /// Ends the attempt on a claimed send with `outcome`, in one atomic step (a failure with its
     /// `email.send_failed` event). Only a pending send changes.
     async fn finish_send(

@@ -109,6 +109,8 @@ pub struct SendRecord {
     pub attempts: u32,
     /// When the next attempt is due (pending sends).
     pub next_attempt_at: Option<Millis>,
+    /// Until when an attempt holds it (a pending send being attempted).
+    pub lease_until: Option<Millis>,
     /// The last attempt's error, if it failed.
     pub last_error: Option<String>,
 }

@@ -29,7 +29,8 @@ macro_rules! store_outbound_conformance_tests {
             concurrent_tries_are_each_counted, sends_need_a_confirmed_contact,
             a_send_is_recorded_once_per_key, sends_are_limited_per_day,
             sends_need_two_free_feed_slots, a_send_is_claimed_retried_and_failed,
-            a_lost_attempt_is_claimed_again_after_its_lease, outbound_goes_with_its_address
+            a_lost_attempt_is_claimed_again_after_its_lease, a_send_reads_back_in_every_state,
+            outbound_goes_with_its_address
         );
     };
 }
@@ -688,4 +689,76 @@ pub async fn outbound_goes_with_its_address(store: &dyn Store) {
         .expect("due")
         .iter()
         .all(|(a, _)| a != &id));
+}
+
+pub async fn a_send_reads_back_in_every_state(store: &dyn Store) {
+    let id = with_confirmed_contact(store).await;
+    let limits = Limits::default();
+    assert_eq!(store.get_send(&id, "snd_none", T0).await, Ok(None));
+    let send = new_send(&id, ADA, "k", "Hi");
+    let (send_id, message) = (send.id.clone(), send.message.clone());
+    let recorded = store
+        .record_send(&id, send, &limits, T0)
+        .await
+        .expect("record");
+    let read = store
+        .get_send(&id, &send_id, T0)
+        .await
+        .expect("read")
+        .expect("the send");
+    assert_eq!(read.status, SendStatus::Pending);
+    assert_eq!((read.attempts, read.lease_until), (0, None));
+    assert_eq!(read.message, message);
+    assert_eq!(read.event, recorded.event);
+    store
+        .claim_send(&id, &send_id, T0 + 60 * SEC, T0)
+        .await
+        .expect("claim")
+        .expect("claimed");
+    let held = store
+        .get_send(&id, &send_id, T0)
+        .await
+        .expect("read")
+        .expect("the send");
+    assert_eq!((held.attempts, held.lease_until), (1, Some(T0 + 60 * SEC)));
+    store
+        .finish_send(
+            &id,
+            &send_id,
+            SendOutcome::Retry {
+                next_attempt_at: T0 + 120 * SEC,
+                error: "451 later".into(),
+            },
+            &limits,
+            T0 + SEC,
+        )
+        .await
+        .expect("retry");
+    let later = store
+        .get_send(&id, &send_id, T0 + SEC)
+        .await
+        .expect("read")
+        .expect("the send");
+    assert_eq!(later.status, SendStatus::Pending);
+    assert_eq!(later.next_attempt_at, Some(T0 + 120 * SEC));
+    assert_eq!(later.lease_until, None);
+    assert_eq!(later.last_error.as_deref(), Some("451 later"));
+    store
+        .claim_send(&id, &send_id, T0 + 180 * SEC, T0 + 120 * SEC)
+        .await
+        .expect("claim")
+        .expect("due");
+    store
+        .finish_send(&id, &send_id, SendOutcome::Sent, &limits, T0 + 121 * SEC)
+        .await
+        .expect("sent");
+    let sent = store
+        .get_send(&id, &send_id, T0 + 122 * SEC)
+        .await
+        .expect("read")
+        .expect("the send");
+    assert_eq!((sent.status, sent.attempts), (SendStatus::Sent, 2));
+    // Another address's send is not found.
+    let other = new_address(store, None).await;
+    assert_eq!(store.get_send(&other.id, &send_id, T0).await, Ok(None));
 }
