@@ -222,6 +222,36 @@ impl DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Result<EventRef, Cancelled>> {
+        self.append_riding_tx(
+            address,
+            event,
+            claim,
+            state,
+            request,
+            &|_| Ok(Vec::new()),
+            limits,
+            now,
+        )
+        .await
+    }
+
+    /// [`DynamoStore::append_closing_tx`] with `riders`: items of other records written in the
+    /// same transaction, after the append's own, made knowing the event they ride with
+    /// (outbound sends, docs/API.md §16). A rider's
+    /// failed condition is [`Cancelled::Retry`] (unless the address is gone): the caller
+    /// re-reads, and its checks before the transaction give the answer.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn append_riding_tx(
+        &self,
+        address: &AddressRecord,
+        event: &NewEvent,
+        claim: Option<&Claim>,
+        state: Option<&StateChange>,
+        request: Option<&RequestClose>,
+        riders: &(dyn Fn(&EventRef) -> StoreResult<Vec<TransactWriteItem>> + Send + Sync),
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Result<EventRef, Cancelled>> {
         let id = &address.id;
         let cur = address.last_sequence;
         let seq = cur + 1;
@@ -383,6 +413,10 @@ impl DynamoStore {
             request_index = Some(items.len());
             items.extend(r.items(&self.table, id, now)?);
         }
+        items.extend(riders(&EventRef {
+            id: event_id.clone(),
+            sequence: seq,
+        })?);
 
         // One token per transaction, set here and not by the SDK: every SDK attempt of this
         // call re-sends it unchanged, and a new read-modify-write gets a new one.

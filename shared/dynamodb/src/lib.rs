@@ -12,6 +12,12 @@
 //! | request | `Q#{request_id}` | `Q` (address_id, title, body, options, status, answer, ttl) |
 //! | request entry | `A#{id}` | `Q#{request_id}` (status, expires_at, ttl) |
 //! | request key | `A#{id}` | `QK#{sha256(key)}` (request_id, body_hash, ttl) |
+//! | contact | `A#{id}` | `C#{email}` (status, created_at, confirmed_at, code_hash, code_expires_at, code_tries, code_day, code_mails, ttl) |
+//! | send | `A#{id}` | `O#{send_id}` (message, seq, event_id, status, attempts, next_attempt_at, lease_until, last_error, expires_at, ttl) |
+//! | send key | `A#{id}` | `OK#{sha256(key)}` (send_id, body_hash, seq, event_id, ttl) |
+//! | sends of a day | `A#{id}` | `OD#{utc_day}` (count, ttl) |
+//!
+//! META also counts the address's contacts (`contacts`) for their cap (docs/API.md §16).
 //!
 //! Raw email messages are objects of the email bucket (`bucket`), never items: the email
 //! record and the event item name the object (`raw_key`).
@@ -65,6 +71,8 @@
 //! - `purge`: purging deleted addresses (queue, step, message handler);
 //! - `rate_limit`: rate-limit counters;
 //! - `requests`: requests for a person (docs/API.md §12): creation, reads, answers, expiry;
+//! - `outbound`: outbound email (docs/API.md §16): contacts and their codes, sends recorded
+//!   with their `email.sent` event, claimed and finished (the send queue drives deliveries);
 //! - `email`: inbound email (append with its object, reads by event and by `email_id`);
 //!   `bucket`: the email bucket's objects (S3);
 //! - `capacity`: consumed-capacity metrics; `config`: [`AwsConfig`].
@@ -84,6 +92,7 @@ mod email;
 mod events;
 mod http;
 mod item;
+mod outbound;
 mod purge;
 mod rate_limit;
 mod requests;
@@ -112,10 +121,11 @@ use aws_sdk_dynamodb::Client;
 
 use crate::domain::{Limits, Millis};
 use crate::store::{
-    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CreatedRequest, Download, DownloadLink,
-    Event, EventPage, IdempotencyClaim, NewAddress, NewEmail, NewEvent, NewRequest, RequestRecord,
-    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    StoredEmail, SweepReport, Usage,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
+    CreatedRequest, Download, DownloadLink, Event, EventPage, IdempotencyClaim, NewAddress,
+    NewCode, NewEmail, NewEvent, NewRequest, NewSend, RequestRecord, SendOutcome, SendRecord,
+    SendRecorded, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
+    StoreResult, StoredEmail, SweepReport, Usage,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -391,6 +401,63 @@ impl Store for DynamoStore {
 
     async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
         self.expire_requests_impl(id, limits, now).await
+    }
+
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
+        self.list_contacts_impl(id, now).await
+    }
+
+    async fn issue_contact_code(
+        &self,
+        id: &str,
+        code: NewCode,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CodeIssued> {
+        self.issue_contact_code_impl(id, code, limits, now).await
+    }
+
+    async fn check_contact_code(
+        &self,
+        id: &str,
+        email: &str,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<CodeCheck> {
+        self.check_contact_code_impl(id, email, code_hash, now)
+            .await
+    }
+
+    async fn record_send(
+        &self,
+        id: &str,
+        send: NewSend,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<SendRecorded> {
+        self.record_send_impl(id, send, limits, now).await
+    }
+
+    async fn claim_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.claim_send_impl(id, send_id, lease_until, now).await
+    }
+
+    async fn finish_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        outcome: SendOutcome,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.finish_send_impl(id, send_id, outcome, limits, now)
+            .await
     }
 
     async fn read_events(

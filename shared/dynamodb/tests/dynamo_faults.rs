@@ -16,9 +16,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use agentaddress_api::{self as api, ApiConfig, AppState};
-use agentaddress_core::domain::{ids, Ingress, Limits, Millis};
+use agentaddress_core::domain::{ids, outbound, Ingress, Limits, Millis};
 use agentaddress_core::store::conformance::T0;
-use agentaddress_core::store::{IdempotencyClaim, NewAddress, NewEvent, Store, StoreError};
+use agentaddress_core::store::outbound_conformance::new_send;
+use agentaddress_core::store::{
+    CodeCheck, CodeIssued, IdempotencyClaim, NewAddress, NewCode, NewEvent, SendOutcome, Store,
+    StoreError,
+};
 use agentaddress_dynamodb::{client_config, DynamoStore, SqsPurgeQueue, SDK_MAX_ATTEMPTS};
 use agentaddress_faultproxy::{Action, FaultConfig, FaultProxy, Rule, Stats};
 use aws_sdk_dynamodb::types::{
@@ -297,6 +301,98 @@ async fn a_dropped_append_applies_once() {
         assert_eq!(data(&events[&seq])["marker"], marker);
     }
     assert_eq!(number(&rig.meta(&a.id).await, "seq"), 3);
+}
+
+#[tokio::test]
+async fn dropped_outbound_writes_apply_once() {
+    let rig = Rig::new(FaultConfig::passthrough(1)).await;
+    let a = rig.new_address().await;
+    let l = Limits::default();
+    let ada = "ada@example.com";
+    let code = NewCode {
+        email: ada.into(),
+        code_hash: outbound::code_hash(&a.id, ada, "123456"),
+        expires_at: T0 + outbound::CODE_VALID_MS,
+    };
+
+    // A new contact (one transaction: META's count and the contact), its answer dropped.
+    rig.proxy.push_rule(drop_next("TransactWriteItems"));
+    let issued = rig
+        .faulty
+        .issue_contact_code(&a.id, code.clone(), &l, T0)
+        .await
+        .expect("the re-sent creation succeeds");
+    assert!(
+        matches!(&issued, CodeIssued::Issued(c) if c.code_mails == 1),
+        "{issued:?}"
+    );
+    assert_eq!(number(&rig.meta(&a.id).await, "contacts"), 1);
+    let contact = rig.partition(&a.id).await[&format!("C#{ada}")].clone();
+    assert_eq!(number(&contact, "code_mails"), 1, "counted once");
+
+    // The right code: the try is counted, then the confirmation's answer is dropped.
+    rig.proxy
+        .push_rule(Rule::new("UpdateItem", Action::Pass, 1));
+    rig.proxy.push_rule(drop_next("UpdateItem"));
+    let checked = rig
+        .faulty
+        .check_contact_code(&a.id, ada, &code.code_hash, T0 + 1)
+        .await
+        .expect("the re-sent confirmation succeeds");
+    assert!(matches!(checked, CodeCheck::Confirmed(_)), "{checked:?}");
+
+    // A send, its answer dropped: one event, one send, one count of the day.
+    rig.proxy.push_rule(drop_next("TransactWriteItems"));
+    let send = new_send(&a.id, ada, "key", "Hi");
+    let send_id = send.id.clone();
+    let recorded = rig
+        .faulty
+        .record_send(&a.id, send, &l, T0 + 2)
+        .await
+        .expect("the re-sent send succeeds");
+    assert_eq!(
+        (recorded.event.sequence, recorded.duplicate),
+        (1, false),
+        "our own key record is not a duplicate"
+    );
+    let day = rig.partition(&a.id).await[&format!("OD#{}", outbound::utc_day(T0))].clone();
+    assert_eq!(number(&day, "count"), 1);
+
+    // Its failure, the answer dropped: one `email.send_failed`.
+    rig.faulty
+        .claim_send(&a.id, &send_id, T0 + 60_000, T0 + 3)
+        .await
+        .expect("claim")
+        .expect("pending and due");
+    rig.proxy.push_rule(drop_next("TransactWriteItems"));
+    let failed = NewEvent {
+        event_type: "email.send_failed".into(),
+        source: None,
+        ingress: Ingress::Outbound,
+        data: json!({ "error": "550" }).to_string(),
+        http: None,
+    };
+    rig.faulty
+        .finish_send(
+            &a.id,
+            &send_id,
+            SendOutcome::Failed {
+                error: "550".into(),
+                event: failed,
+            },
+            &l,
+            T0 + 4,
+        )
+        .await
+        .expect("the re-sent failure succeeds");
+    let events = rig.events(&a.id).await;
+    assert_eq!(events.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(text(&events[&2], "type"), "email.send_failed");
+    let send = rig.partition(&a.id).await[&format!("O#{send_id}")].clone();
+    assert_eq!(text(&send, "status"), "failed");
+    assert_eq!(number(&rig.meta(&a.id).await, "seq"), 2);
+    assert_eq!(rig.op("TransactWriteItems").dropped_after, 3);
+    assert_eq!(rig.op("UpdateItem").dropped_after, 1);
 }
 
 #[tokio::test]

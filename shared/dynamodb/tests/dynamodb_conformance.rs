@@ -68,12 +68,17 @@ mod request_conformance {
     agentaddress_core::store_request_conformance_tests!(super::make().await);
 }
 
+mod outbound_conformance {
+    agentaddress_core::store_outbound_conformance_tests!(super::make().await);
+}
+
 mod dynamodb_only {
-    use agentaddress_core::domain::{ids, Ingress, Limits};
+    use agentaddress_core::domain::{ids, outbound, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::outbound_conformance::new_send;
     use agentaddress_core::store::request_conformance::new_request;
     use agentaddress_core::store::{
-        Answer, IdempotencyClaim, NewAddress, NewEvent, Store, StoreError,
+        Answer, IdempotencyClaim, NewAddress, NewCode, NewEvent, Store, StoreError,
     };
     use agentaddress_dynamodb::handle_purge_message;
     use aws_sdk_dynamodb::types::AttributeValue;
@@ -152,6 +157,28 @@ mod dynamodb_only {
             .put_state(&id, "k", "1".into(), None, &limits, T0)
             .await
             .expect("put");
+        // Outbound email (docs/API.md §16): a confirmed contact, one send with its key record
+        // and its day's count, all in the partition.
+        let ada = "ada@example.com";
+        let code = NewCode {
+            email: ada.into(),
+            code_hash: outbound::code_hash(&id, ada, "123456"),
+            expires_at: T0 + outbound::CODE_VALID_MS,
+        };
+        store
+            .issue_contact_code(&id, code.clone(), &limits, T0)
+            .await
+            .expect("issue a code");
+        store
+            .check_contact_code(&id, ada, &code.code_hash, T0)
+            .await
+            .expect("confirm");
+        let send = new_send(&id, ada, "send-key", "Hi");
+        let send_id = send.id.clone();
+        store
+            .record_send(&id, send, &limits, T0)
+            .await
+            .expect("record a send");
         // Requests for a person: their items live outside the partition.
         let mut requests = Vec::new();
         for claim in [None, Some(("k", "body"))] {
@@ -203,7 +230,15 @@ mod dynamodb_only {
             before.iter().any(|sk| sk.contains("#001")),
             "the big event was chunked: {before:?}"
         );
-        assert!(before.len() >= 30 + 30 + 1 + 1 + 4);
+        for sk in [
+            format!("C#{ada}"),
+            format!("O#{send_id}"),
+            format!("OK#{}", ids::sha256_hex(b"send-key")),
+            format!("OD#{}", outbound::utc_day(T0)),
+        ] {
+            assert!(before.contains(&sk), "{sk} stored: {before:?}");
+        }
+        assert!(before.len() >= 31 + 30 + 1 + 1 + 4 + 4);
         assert!(
             handle_purge_message(&store, &format!("{{\"address_id\":\"{id}\"}}"), 1, T0)
                 .await
