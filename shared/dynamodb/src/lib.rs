@@ -438,6 +438,15 @@ impl Store for DynamoStore {
         self.record_send_impl(id, send, limits, now).await
     }
 
+    async fn get_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.get_send_impl(id, send_id, now).await
+    }
+
     async fn claim_send(
         &self,
         id: &str,

@@ -141,6 +141,7 @@ fn send_from(item: &Item) -> StoreResult<SendRecord> {
         attempts: u32_of(item, "attempts"),
         next_attempt_at: get_i(item, "next_attempt_at"),
         last_error: get_s(item, "last_error"),
+        lease_until: get_i(item, "lease_until"),
     })
 }
 
@@ -772,6 +773,20 @@ impl DynamoStore {
         match claimed {
             Updated::Applied(item) => send_from(&item).map(Some),
             Updated::Refused(_) => Ok(None),
+        }
+    }
+
+    /// `Store::get_send` (the trait impl in lib.rs delegates here): one consistent `GetItem`.
+    pub(crate) async fn get_send_impl(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.live(id, now).await?;
+        match self.get(id, send_sk(send_id)).await? {
+            Some(item) if !forgotten(&item, now) => send_from(&item).map(Some),
+            _ => Ok(None),
         }
     }
 
