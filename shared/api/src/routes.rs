@@ -76,7 +76,7 @@ impl RouteGroup {
     ];
 
     /// The groups a Lambda function serves (`template.yaml` has one function for each).
-    pub const LAMBDA: [RouteGroup; 9] = [
+    pub const LAMBDA: [RouteGroup; 10] = [
         RouteGroup::CreateAddress,
         RouteGroup::Address,
         RouteGroup::Inbox,
@@ -86,6 +86,7 @@ impl RouteGroup {
         RouteGroup::Mcp,
         RouteGroup::Email,
         RouteGroup::Requests,
+        RouteGroup::Outbound,
     ];
 
     /// Whether a Lambda function serves this group (else only `agentaddress serve` does).
