@@ -63,6 +63,10 @@ PURGE_VISIBILITY_TIMEOUT = "60"
 PURGE_MAX_RECEIVE_COUNT = 5
 EMAIL_VISIBILITY_TIMEOUT = "60"
 EMAIL_MAX_RECEIVE_COUNT = 5
+# The send queue (template.yaml's SendQueue): six attempts, and the receipts that only find the
+# send not yet due, before the DLQ.
+SEND_VISIBILITY_TIMEOUT = "60"
+SEND_MAX_RECEIVE_COUNT = 20
 EMAIL_PREFIX = "inbound/"
 # The Id of the bucket's queue configuration; other configurations of the bucket are kept.
 EMAIL_NOTIFICATION_ID = "agentaddress-inbound"
@@ -328,6 +332,17 @@ def main():
         "message reaches the DLQ after 5 of them (default: %(default)s; the test stack uses less)",
     )
     parser.add_argument(
+        "--send-queue",
+        default="",
+        help="the outbound send queue's name (its DLQ is NAME-dlq); empty: none (default)",
+    )
+    parser.add_argument(
+        "--ses-identity",
+        default="",
+        help="an SES identity (a domain) to verify, so that outbound email may be sent from it "
+        "(the emulator verifies at once; on real AWS it needs DNS records); empty: none",
+    )
+    parser.add_argument(
         "--wait",
         action="store_true",
         help="wait (up to --timeout) for the endpoints to answer instead of failing at once",
@@ -407,6 +422,26 @@ def main():
     state = ensure_notification(s3, args.bucket, email_arn)
     log(f"bucket {args.bucket}: notification {state} (s3:ObjectCreated:* under {EMAIL_PREFIX} -> {args.email_queue})")
 
+    send_url = send_dlq_url = ""
+    if args.send_queue:
+        send_dlq_name = f"{args.send_queue}-dlq"
+        send_dlq_url, send_dlq_arn, state = ensure_queue(
+            sqs, send_dlq_name, {"MessageRetentionPeriod": DLQ_RETENTION_SECONDS}
+        )
+        log(f"queue {send_dlq_name}: {state} ({send_dlq_url})")
+        redrive = json.dumps({"deadLetterTargetArn": send_dlq_arn, "maxReceiveCount": str(SEND_MAX_RECEIVE_COUNT)})
+        send_url, _, state = ensure_queue(
+            sqs, args.send_queue, {"VisibilityTimeout": SEND_VISIBILITY_TIMEOUT, "RedrivePolicy": redrive}
+        )
+        log(
+            f"queue {args.send_queue}: {state} ({send_url}; visibility {SEND_VISIBILITY_TIMEOUT}s, "
+            f"after {SEND_MAX_RECEIVE_COUNT} receives -> {send_dlq_name})"
+        )
+    if args.ses_identity:
+        ses = sess.client("ses", config=cfg)
+        ses.verify_domain_identity(Domain=args.ses_identity)
+        log(f"ses identity {args.ses_identity}: verification asked (the emulator verifies at once)")
+
     print(f"TABLE={args.table}")
     print(f"PURGE_QUEUE_URL={url}")
     print(f"PURGE_DLQ_URL={dlq_url}")
@@ -414,6 +449,9 @@ def main():
     print(f"EMAIL_PREFIX={EMAIL_PREFIX}")
     print(f"EMAIL_QUEUE_URL={email_url}")
     print(f"EMAIL_DLQ_URL={email_dlq_url}")
+    if send_url:
+        print(f"SEND_QUEUE_URL={send_url}")
+        print(f"SEND_DLQ_URL={send_dlq_url}")
 
 
 if __name__ == "__main__":

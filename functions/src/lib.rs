@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use agentaddress_api::config::ServiceConfig;
-use agentaddress_api::routes::Shape;
 use agentaddress_api::outbound::{consume_send, Dispatch, Outbound, RetryPolicy};
+use agentaddress_api::routes::Shape;
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
@@ -81,7 +81,9 @@ fn outbound_from_env(
         (None, None) => return Ok(None),
         (Some(from), Some(queue)) => (from, queue),
         _ => {
-            return Err("AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL go together".into())
+            return Err(
+                "AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL go together".into(),
+            )
         }
     };
     agentaddress_outbound::check_sender(&from)?;
@@ -236,7 +238,9 @@ pub async fn run_send() -> Result<(), Error> {
     let (store, sdk) = store_and_sdk(&service, None, None).await?;
     let outbound = outbound_from_env(&sdk)
         .map_err(|e| format!("configuration: {e}"))?
-        .ok_or("configuration: AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL are not set")?;
+        .ok_or(
+            "configuration: AGENTADDRESS_EMAIL_FROM and AGENTADDRESS_SEND_QUEUE_URL are not set",
+        )?;
     let queue = SendQueue {
         client: aws_sdk_sqs::Client::new(&sdk),
         queue_url: env_value("AGENTADDRESS_SEND_QUEUE_URL").unwrap_or_default(),
