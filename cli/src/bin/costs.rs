@@ -497,6 +497,7 @@ async fn main() {
     }
 
     email_costs(&b, &bucket, &service, &token, &created).await;
+    outbound_costs(&b.store, &service).await;
 
     // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
     // poll, as in a conversation in progress where the agent polls again right after each
@@ -539,6 +540,230 @@ async fn main() {
             pct(1.0)
         );
     }
+}
+
+/// The relay of the outbound rows: takes every message (SES's `SendEmail`, priced per message
+/// in docs/COSTS.md), counting them and keeping the last.
+#[derive(Default)]
+struct CountingRelay {
+    sent: std::sync::Mutex<Vec<agentaddress_core::relay::Mail>>,
+}
+
+#[async_trait::async_trait]
+impl agentaddress_core::relay::Relay for CountingRelay {
+    fn kind(&self) -> &'static str {
+        "counting"
+    }
+    async fn send(
+        &self,
+        mail: &agentaddress_core::relay::Mail,
+    ) -> Result<(), agentaddress_core::relay::RelayError> {
+        self.sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(mail.clone());
+        Ok(())
+    }
+}
+
+/// The send queue of the outbound rows: counts `SendMessage`s.
+#[derive(Default)]
+struct CountingQueue(AtomicU64);
+
+#[async_trait::async_trait]
+impl agentaddress_core::relay::Dispatch for CountingQueue {
+    async fn dispatch(&self, _address_id: &str, _send_id: &str) -> Result<(), String> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// What outbound email costs (docs/API.md §16): adding and confirming a contact (with its
+/// code mail), recording a send (with its `SendMessage`), and the send function's delivery of
+/// it (claim, SES, record).
+async fn outbound_costs(store: &DynamoStore, service: &ServiceConfig) {
+    use agentaddress_api::outbound::{consume_send, Outbound, RetryPolicy};
+    let relay = Arc::new(CountingRelay::default());
+    let queue = Arc::new(CountingQueue::default());
+    let outbound = Arc::new(Outbound {
+        from: "Agents <mail@agents.example>".into(),
+        relay: relay.clone(),
+        dispatch: queue.clone(),
+        retry: RetryPolicy::default(),
+    });
+    let mut config = ApiConfig::from(service);
+    config.limits.creations_per_minute = 10_000;
+    let limits = config.limits.clone();
+    let app = api::router(
+        AppState::new(Arc::new(store.clone()), config).with_outbound(Some(outbound.clone())),
+    );
+    let b = Bench {
+        app,
+        store: store.clone(),
+    };
+    let (s, created) = b
+        .call("POST", "/api/v1/addresses", None, Some(json!({})))
+        .await;
+    assert_eq!(s, 201, "{created}");
+    let token = read_token(&created);
+    let id = created["address"]["id"].as_str().unwrap_or("").to_owned();
+    let root = format!("/api/v1/addresses/{id}");
+    let sent = || {
+        relay
+            .sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    };
+    let queued = || queue.0.load(Ordering::Relaxed);
+
+    println!();
+    println!(
+        "| outbound operation | DynamoDB requests | read units | write units | SES messages | SQS messages | ms (local) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let orow = |what: &str, u: CapacityUsage, d: Duration, ses: usize, sqs: u64| {
+        println!(
+            "| {what} | {} | {:.1} | {:.1} | {ses} | {sqs} | {:.1} |",
+            u.requests,
+            u.read_units,
+            u.write_units,
+            d.as_secs_f64() * 1000.0
+        );
+    };
+    let (before_ses, before_sqs) = (sent(), queued());
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &format!("{root}/email/contacts"),
+                    Some(&token),
+                    Some(json!({"email": "ada@example.com"})),
+                )
+                .await;
+            assert_eq!(s, 202, "{v}");
+        })
+        .await;
+    orow(
+        "add a contact (code mailed)",
+        u,
+        d,
+        sent() - before_ses,
+        queued() - before_sqs,
+    );
+    let code = {
+        let mails = relay
+            .sent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let text = mails.last().map(|m| m.text.clone()).unwrap_or_default();
+        let at = text.find("code: ").map_or(0, |i| i + 6);
+        text[at..].chars().take(6).collect::<String>()
+    };
+    let (before_ses, before_sqs) = (sent(), queued());
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &format!("{root}/email/contacts"),
+                    Some(&token),
+                    Some(json!({"email": "ada@example.com", "code": code})),
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+        })
+        .await;
+    orow(
+        "confirm a contact",
+        u,
+        d,
+        sent() - before_ses,
+        queued() - before_sqs,
+    );
+    let text = "Hello, this is the text of a typical short message.\n".repeat(20);
+    let send_body = json!({"to": "ada@example.com", "subject": "Costs", "text": text});
+    let (before_ses, before_sqs) = (sent(), queued());
+    let mut event = Value::Null;
+    let (u, d) = b
+        .measure(|| async {
+            let req = Request::builder()
+                .method("POST")
+                .uri(format!("{root}/email/send"))
+                .header("host", "costs.local")
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .header("idempotency-key", "costs-1")
+                .body(Body::from(send_body.to_string()))
+                .unwrap_or_else(|e| panic!("request: {e}"));
+            let resp = b
+                .app
+                .clone()
+                .oneshot(req)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(resp.status().as_u16(), 202);
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            event = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        })
+        .await;
+    orow(
+        "record a send, 1 KB text (the outbound function)",
+        u,
+        d,
+        sent() - before_ses,
+        queued() - before_sqs,
+    );
+    // The send's id: the local part of its Message-ID (docs/API.md §16).
+    let send_id = {
+        use agentaddress_core::store::Store;
+        let event_id = event["event"]["id"].as_str().unwrap_or("");
+        let e = store
+            .get_event(
+                &id,
+                event_id,
+                agentaddress_core::domain::Clock::now(&agentaddress_core::domain::SystemClock),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("the email.sent event: {e}"));
+        let data: Value = serde_json::from_str(&e.data).unwrap_or(Value::Null);
+        data["message_id"]
+            .as_str()
+            .and_then(|m| m.strip_prefix('<'))
+            .and_then(|m| m.split('@').next())
+            .unwrap_or_else(|| panic!("no message id in {data}"))
+            .to_owned()
+    };
+    let (before_ses, before_sqs) = (sent(), queued());
+    let (u, d) = b
+        .measure(|| async {
+            let later = consume_send(
+                store,
+                &outbound,
+                &limits,
+                &agentaddress_core::domain::SystemClock,
+                &id,
+                &send_id,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("deliver: {e}"));
+            assert_eq!(later, None, "delivered");
+        })
+        .await;
+    orow(
+        "deliver a send (the send function)",
+        u,
+        d,
+        sent() - before_ses,
+        queued() - before_sqs,
+    );
 }
 
 /// Addresses waited on at once while measuring delivery delays: each lane is its own address
