@@ -64,8 +64,12 @@ fn http() -> reqwest::Client {
 }
 
 async fn create(s: &Serve) -> Address {
+    create_at(&s.base).await
+}
+
+async fn create_at(base: &str) -> Address {
     let r = http()
-        .post(format!("{}/api/v1/addresses", s.base))
+        .post(format!("{base}/api/v1/addresses"))
         .json(&json!({}))
         .send()
         .await
@@ -74,7 +78,7 @@ async fn create(s: &Serve) -> Address {
     let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     Address {
-        base: s.base.clone(),
+        base: base.to_owned(),
         id: text(&v["address"]["id"]),
         email: text(&v["address"]["email"]),
         token: text(&v["credentials"]["read_token"]),
@@ -823,4 +827,93 @@ async fn the_mcp_tools_add_confirm_and_send() {
     let mail = person.wait_for("email.received", 2).await[1].clone();
     assert_eq!(mail["data"]["subject"], "Over MCP");
     mcp.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codes_and_relay_passwords_are_never_logged() {
+    let people = serve("people.test", &[]).await;
+    let person = create(&people).await;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let log_path = dir.path().join("serve.log");
+    let password_file = dir.path().join("relay-password");
+    std::fs::write(&password_file, "pw-Zq8xVt3Lm0\n").unwrap_or_else(|e| panic!("{e}"));
+    // A relay user with a password: B's door offers no AUTH, so every mail fails, and the
+    // failures are logged.
+    let url = format!("smtp://mailer@{}", people.smtp);
+    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let (mut with_password, base, _stdout) = common::spawn_serve_with(
+        &dir.path().join("a.db"),
+        "127.0.0.1:0",
+        &[
+            "--email-domain",
+            "agents.test",
+            "--email-from",
+            "mail@agents.test",
+            "--smtp-relay",
+            &url,
+            "--smtp-relay-password-file",
+            password_file.to_str().unwrap_or_default(),
+        ],
+        "trace",
+        std::process::Stdio::from(log),
+    )
+    .await;
+    let a = create_at(&base).await;
+    let (status, v) = a.add_contact(&person.email).await;
+    assert!(status.is_server_error() || status == 400, "{status} {v}");
+    let _ = with_password.kill().await;
+    let _ = with_password.wait().await;
+    let text = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    assert!(
+        text.contains("email/contacts"),
+        "the log records the request"
+    );
+    assert!(
+        !text.contains("pw-Zq8xVt3Lm0"),
+        "the relay password is in the log"
+    );
+
+    // A code that reaches its contact is never in the agent server's log either.
+    let log_path = dir.path().join("serve2.log");
+    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let url = format!("smtp://{}", people.smtp);
+    let (mut agents, base, _stdout2) = common::spawn_serve_with(
+        &dir.path().join("b.db"),
+        "127.0.0.1:0",
+        &[
+            "--email-domain",
+            "agents.test",
+            "--email-from",
+            "mail@agents.test",
+            "--smtp-relay",
+            &url,
+        ],
+        "trace",
+        std::process::Stdio::from(log),
+    )
+    .await;
+    let agent = create_at(&base).await;
+    confirmed(&agent, &person).await;
+    let code = code_of(
+        person
+            .wait_for("email.received", 1)
+            .await
+            .last()
+            .unwrap_or(&Value::Null),
+    );
+    let _ = agents.kill().await;
+    let _ = agents.wait().await;
+    let text = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    assert!(
+        text.contains("contact confirmed"),
+        "the log records the confirmation"
+    );
+    // As a word of its own: a timestamp's microseconds may hold the same six digits.
+    let as_word = text.match_indices(code.as_str()).any(|(at, _)| {
+        let before = text[..at].chars().next_back();
+        let after = text[at + code.len()..].chars().next();
+        !before.is_some_and(|c| c.is_ascii_digit() || c == '.')
+            && !after.is_some_and(|c| c.is_ascii_digit())
+    });
+    assert!(!as_word, "the code {code} is in the log");
 }
