@@ -5,7 +5,8 @@
 //! The server runs with raised creation and poll rate limits (the fuzzer sends hundreds of
 //! creations and feed reads a minute; at the defaults most answers would be 429s, which
 //! conform but test nothing else) and a 1 s longest wait (so fuzzed `wait` values do not hold
-//! requests for 25 s; event streams, likewise, close after half a second). Needs `scripts/schemathesis --install-only` to have run (the test
+//! requests for 25 s; event streams, likewise, close after half a second), and outbound email
+//! relayed through its own SMTP door. Needs `scripts/schemathesis --install-only` to have run (the test
 //! command does it); without the venv this test fails and says so.
 
 mod common;
@@ -31,10 +32,25 @@ fn repo_root() -> PathBuf {
 }
 
 async fn spawn_server(db: &Path) -> (Child, String) {
+    // Outbound email on (docs/API.md §16), relayed through the server's own SMTP door: a code
+    // mail to a fuzzed recipient is refused by it (550, answered 400) rather than the routes
+    // answering 503 `outbound_not_configured`. The door's port is picked free first.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("a free port: {e}"));
+    let smtp = format!("127.0.0.1:{port}");
+    let relay = format!("smtp://{smtp}");
     common::spawn_serve(
         db,
         "127.0.0.1:0",
         &[
+            "--smtp-listen",
+            &smtp,
+            "--email-from",
+            "mail@inbox.localhost",
+            "--smtp-relay",
+            &relay,
             "--creations-per-minute",
             "100000",
             "--polls-per-minute",
