@@ -829,41 +829,64 @@ async fn the_mcp_tools_add_confirm_and_send() {
     mcp.close().await;
 }
 
+/// An agent server relaying to `relay_url` (with `extra` flags) whose trace-level log goes to
+/// `dir/NAME.log`: the server, its base URL and the log's path.
+async fn logged_agent_server(
+    dir: &std::path::Path,
+    name: &str,
+    relay_url: &str,
+    extra: &[&str],
+) -> (Child, String, std::path::PathBuf, BufReader<ChildStdout>) {
+    let log_path = dir.join(format!("{name}.log"));
+    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let mut args = vec![
+        "--email-domain",
+        "agents.test",
+        "--email-from",
+        "mail@agents.test",
+        "--smtp-relay",
+        relay_url,
+    ];
+    args.extend_from_slice(extra);
+    let (child, base, stdout) = common::spawn_serve_with(
+        &dir.join(format!("{name}.db")),
+        "127.0.0.1:0",
+        &args,
+        "trace",
+        std::process::Stdio::from(log),
+    )
+    .await;
+    (child, base, log_path, stdout)
+}
+
+/// The log of a stopped server.
+async fn stop_and_read_log(mut child: Child, log_path: &std::path::Path) -> String {
+    let _ = child.kill().await;
+    let _ = child.wait().await;
+    std::fs::read_to_string(log_path).unwrap_or_else(|e| panic!("read log: {e}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codes_and_relay_passwords_are_never_logged() {
     let people = serve("people.test", &[]).await;
     let person = create(&people).await;
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let log_path = dir.path().join("serve.log");
     let password_file = dir.path().join("relay-password");
     std::fs::write(&password_file, "pw-Zq8xVt3Lm0\n").unwrap_or_else(|e| panic!("{e}"));
     // A relay user with a password: B's door offers no AUTH, so every mail fails, and the
     // failures are logged.
-    let url = format!("smtp://mailer@{}", people.smtp);
-    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
-    let (mut with_password, base, _stdout) = common::spawn_serve_with(
-        &dir.path().join("a.db"),
-        "127.0.0.1:0",
-        &[
-            "--email-domain",
-            "agents.test",
-            "--email-from",
-            "mail@agents.test",
-            "--smtp-relay",
-            &url,
-            "--smtp-relay-password-file",
-            password_file.to_str().unwrap_or_default(),
-        ],
-        "trace",
-        std::process::Stdio::from(log),
+    let password_arg = password_file.to_str().unwrap_or_default();
+    let (child, base, log_path, _stdout) = logged_agent_server(
+        dir.path(),
+        "a",
+        &format!("smtp://mailer@{}", people.smtp),
+        &["--smtp-relay-password-file", password_arg],
     )
     .await;
     let a = create_at(&base).await;
     let (status, v) = a.add_contact(&person.email).await;
     assert!(status.is_server_error() || status == 400, "{status} {v}");
-    let _ = with_password.kill().await;
-    let _ = with_password.wait().await;
-    let text = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    let text = stop_and_read_log(child, &log_path).await;
     assert!(
         text.contains("email/contacts"),
         "the log records the request"
@@ -874,24 +897,8 @@ async fn codes_and_relay_passwords_are_never_logged() {
     );
 
     // A code that reaches its contact is never in the agent server's log either.
-    let log_path = dir.path().join("serve2.log");
-    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
-    let url = format!("smtp://{}", people.smtp);
-    let (mut agents, base, _stdout2) = common::spawn_serve_with(
-        &dir.path().join("b.db"),
-        "127.0.0.1:0",
-        &[
-            "--email-domain",
-            "agents.test",
-            "--email-from",
-            "mail@agents.test",
-            "--smtp-relay",
-            &url,
-        ],
-        "trace",
-        std::process::Stdio::from(log),
-    )
-    .await;
+    let (child, base, log_path, _stdout) =
+        logged_agent_server(dir.path(), "b", &format!("smtp://{}", people.smtp), &[]).await;
     let agent = create_at(&base).await;
     confirmed(&agent, &person).await;
     let code = code_of(
@@ -901,9 +908,7 @@ async fn codes_and_relay_passwords_are_never_logged() {
             .last()
             .unwrap_or(&Value::Null),
     );
-    let _ = agents.kill().await;
-    let _ = agents.wait().await;
-    let text = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    let text = stop_and_read_log(child, &log_path).await;
     assert!(
         text.contains("contact confirmed"),
         "the log records the confirmation"
