@@ -28,6 +28,11 @@ pub struct OutboundArgs {
     #[arg(long, env = "AGENTADDRESS_SMTP_RELAY_PASSWORD_FILE")]
     pub smtp_relay_password_file: Option<PathBuf>,
 
+    /// PEM certificates the relay's TLS certificate may chain to, besides the public roots (a
+    /// private CA, or the relay's own self-signed certificate). Needs a TLS relay URL.
+    #[arg(long, env = "AGENTADDRESS_SMTP_RELAY_CA_FILE")]
+    pub smtp_relay_ca_file: Option<PathBuf>,
+
     /// Milliseconds before the first retry of a send the relay refused for now (then 4× longer
     /// each time). A testing knob: leave it alone.
     #[arg(long, env = "AGENTADDRESS_OUTBOUND_RETRY_FIRST_MS", hide = true, default_value_t = 30_000,
@@ -91,7 +96,14 @@ pub fn configure(args: &OutboundArgs) -> Result<Option<(Arc<Outbound>, DeliveryL
         }
     };
     check_sender(from)?;
-    let relay = SmtpRelay::new(url, password(args)?.as_deref())?;
+    let ca =
+        match &args.smtp_relay_ca_file {
+            Some(path) => Some(std::fs::read(path).map_err(|e| {
+                format!("cannot read the SMTP relay CA file {}: {e}", path.display())
+            })?),
+            None => None,
+        };
+    let relay = SmtpRelay::new(url, password(args)?.as_deref(), ca.as_deref())?;
     let delivery = DeliveryLoop::new();
     let outbound = Outbound {
         from: from.clone(),

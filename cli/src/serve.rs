@@ -220,12 +220,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         ),
         max_connections_per_ip: usize::try_from(args.max_connections_per_ip).unwrap_or(usize::MAX),
     };
-    println!("agentaddress listening on http://{local}");
+    announce(&format!("agentaddress listening on http://{local}"));
     // The SMTP door, when configured; its line comes second (tests read the first).
     let smtp = match smtp {
         Some(server) => {
             let smtp_local = server.local_addr()?;
-            println!("agentaddress smtp listening on {smtp_local}");
+            announce(&format!("agentaddress smtp listening on {smtp_local}"));
             tracing::info!(%smtp_local, "receiving email over SMTP");
             Some(tokio::spawn(server.serve(shutdown_rx.clone())))
         }
@@ -235,7 +235,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let metrics = match args.metrics_listen {
         Some(addr) => {
             let (metrics_local, task) = crate::metrics::serve(addr, shutdown_rx.clone()).await?;
-            println!("agentaddress metrics on http://{metrics_local}/metrics");
+            announce(&format!(
+                "agentaddress metrics on http://{metrics_local}/metrics"
+            ));
             tracing::info!(%metrics_local, "serving Prometheus metrics");
             Some(task)
         }
@@ -304,6 +306,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Prints one line on stdout for whoever started the server (the chosen ports). A closed or
+/// full stdout is no reason to stop serving: the line is then only logged.
+fn announce(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+        tracing::info!("{line} (stdout is closed)");
+    }
 }
 
 /// Descriptors kept free besides connections: refusals being written, the spare of the accept

@@ -922,3 +922,55 @@ async fn codes_and_relay_passwords_are_never_logged() {
     });
     assert!(!as_word, "the code {code} is in the log");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relay_speaks_starttls_and_checks_the_certificate() {
+    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let ck =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap_or_else(|e| panic!("rcgen: {e}"));
+    let cert = certs.path().join("cert.pem");
+    let key = certs.path().join("key.pem");
+    std::fs::write(&cert, ck.cert.pem()).unwrap_or_else(|e| panic!("write cert: {e}"));
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap_or_else(|e| panic!("{e}"));
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let people = serve(
+        "people.test",
+        &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key],
+    )
+    .await;
+    let port = people
+        .smtp
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let url = format!("smtp://localhost:{port}?tls=required");
+    let person = create(&people).await;
+
+    // The relay's certificate is self-signed: refused without the CA file (503, retry later)…
+    let strict = serve(
+        "agents.test",
+        &["--email-from", "mail@agents.test", "--smtp-relay", &url],
+    )
+    .await;
+    let a = create(&strict).await;
+    let (status, v) = a.add_contact(&person.email).await;
+    assert_eq!(status, 503, "{v}");
+    // … and trusted with it: the code mail goes over STARTTLS.
+    let trusting = serve(
+        "agents.test",
+        &[
+            "--email-from",
+            "mail@agents.test",
+            "--smtp-relay",
+            &url,
+            "--smtp-relay-ca-file",
+            &cert,
+        ],
+    )
+    .await;
+    let agent = create(&trusting).await;
+    confirmed(&agent, &person).await;
+    assert_eq!(person.wait_for("email.received", 1).await.len(), 1);
+}

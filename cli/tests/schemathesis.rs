@@ -31,7 +31,14 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-async fn spawn_server(db: &Path) -> (Child, String) {
+/// The server, its base URL, and its stdout (kept open: the server prints its SMTP line there).
+async fn spawn_server(
+    db: &Path,
+) -> (
+    Child,
+    String,
+    tokio::io::BufReader<tokio::process::ChildStdout>,
+) {
     // Outbound email on (docs/API.md §16), relayed through the server's own SMTP door: a code
     // mail to a fuzzed recipient is refused by it (550, answered 400) rather than the routes
     // answering 503 `outbound_not_configured`. The door's port is picked free first.
@@ -41,7 +48,7 @@ async fn spawn_server(db: &Path) -> (Child, String) {
         .unwrap_or_else(|e| panic!("a free port: {e}"));
     let smtp = format!("127.0.0.1:{port}");
     let relay = format!("smtp://{smtp}");
-    common::spawn_serve(
+    common::spawn_serve_with(
         db,
         "127.0.0.1:0",
         &[
@@ -62,6 +69,8 @@ async fn spawn_server(db: &Path) -> (Child, String) {
             "--stream-max-ms",
             "500",
         ],
+        "warn",
+        Stdio::inherit(),
     )
     .await
 }
@@ -134,7 +143,7 @@ async fn schemathesis_finds_nothing() {
     );
 
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let (mut server, base) = spawn_server(&dir.path().join("agentaddress.db")).await;
+    let (mut server, base, _stdout) = spawn_server(&dir.path().join("agentaddress.db")).await;
 
     // The operations the server declares are exactly the routes of the HTTP API it serves
     // (`POST /api/mcp` is JSON-RPC, described in docs/MCP.md, not in the OpenAPI document).

@@ -84,14 +84,74 @@ pub fn check_relay_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// How a relay URL asks for TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TlsMode {
+    None,
+    StartTlsRequired,
+    StartTlsOpportunistic,
+    Implicit,
+}
+
+fn tls_mode(url: &str) -> TlsMode {
+    if url.starts_with("smtps://") {
+        return TlsMode::Implicit;
+    }
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    match query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("tls="))
+        .unwrap_or("")
+    {
+        "required" => TlsMode::StartTlsRequired,
+        "opportunistic" => TlsMode::StartTlsOpportunistic,
+        _ => TlsMode::None,
+    }
+}
+
+fn host_of(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => host_port.split(':').next()?,
+    };
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
 impl SmtpRelay {
     /// A relay at `url` ([`check_relay_url`]); with `password`, the URL's user logs in with it
-    /// (AUTH PLAIN or LOGIN, only over TLS unless the URL is plain `smtp://`).
-    pub fn new(url: &str, password: Option<&str>) -> Result<Self, String> {
+    /// (AUTH PLAIN or LOGIN, only over TLS unless the URL is plain `smtp://`). With `ca_pem`
+    /// (PEM certificates), the relay's certificate may also chain to those (a private CA, or a
+    /// relay's self-signed certificate), besides the usual public roots; the URL must ask for
+    /// TLS.
+    pub fn new(url: &str, password: Option<&str>, ca_pem: Option<&[u8]>) -> Result<Self, String> {
+        use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
         check_relay_url(url)?;
         let mut builder = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
             .map_err(|e| format!("the SMTP relay URL is not usable: {e}"))?
             .timeout(Some(SMTP_TIMEOUT));
+        if let Some(pem) = ca_pem {
+            let mode = tls_mode(url);
+            if mode == TlsMode::None {
+                return Err("a relay CA file needs a TLS relay URL (smtps://… or \
+                            smtp://…?tls=required)"
+                    .into());
+            }
+            let host = host_of(url).ok_or("the SMTP relay URL names no host")?;
+            let certificate = Certificate::from_pem(pem)
+                .map_err(|e| format!("the relay CA file holds no usable certificate: {e}"))?;
+            let params = TlsParameters::builder(host)
+                .add_root_certificate(certificate)
+                .build_rustls()
+                .map_err(|e| format!("the relay's TLS settings: {e}"))?;
+            builder = builder.tls(match mode {
+                TlsMode::Implicit => Tls::Wrapper(params),
+                TlsMode::StartTlsOpportunistic => Tls::Opportunistic(params),
+                _ => Tls::Required(params),
+            });
+        }
         if let Some(password) = password {
             let user = user_of(url)
                 .ok_or("a relay password needs a user in the URL (smtp://user@host…)".to_owned())?;
@@ -184,9 +244,24 @@ mod tests {
             Some("me%40x")
         );
         assert!(
-            SmtpRelay::new("smtp://127.0.0.1:2525", Some("pw")).is_err(),
+            SmtpRelay::new("smtp://127.0.0.1:2525", Some("pw"), None).is_err(),
             "no user"
         );
+        assert!(
+            SmtpRelay::new("smtp://127.0.0.1:2525", None, Some(b"x")).is_err(),
+            "a CA without TLS"
+        );
+        assert_eq!(tls_mode("smtps://h"), TlsMode::Implicit);
+        assert_eq!(
+            tls_mode("smtp://h:587?tls=required"),
+            TlsMode::StartTlsRequired
+        );
+        assert_eq!(tls_mode("smtp://h:25"), TlsMode::None);
+        assert_eq!(
+            host_of("smtp://u@mail.example:587?tls=required").as_deref(),
+            Some("mail.example")
+        );
+        assert_eq!(host_of("smtps://[::1]:465").as_deref(), Some("::1"));
     }
 }
 
