@@ -10,6 +10,7 @@ mod outbound;
 mod purge;
 mod serve;
 mod smtp;
+mod socket;
 mod transport;
 
 use clap::{Parser, Subcommand};

@@ -199,7 +199,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }));
     // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
     // them apart by the connection preface.
-    let app = agentaddress_mcp::router(state).layer(crate::transport::PerVersionLayer);
+    // The wake-up socket (docs/API.md §17), beside the API's routes.
+    let sockets = axum::Router::new()
+        .route("/api/v1/ws", axum::routing::get(crate::socket::upgrade))
+        .with_state(crate::socket::Sockets {
+            state: state.clone(),
+            counts: Default::default(),
+        });
+    let app = sockets
+        .merge(agentaddress_mcp::router(state))
+        .layer(crate::transport::PerVersionLayer);
 
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await

@@ -663,6 +663,15 @@ where
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
         }
+        if response.status() == axum::http::StatusCode::SWITCHING_PROTOCOLS {
+            // An upgraded connection (the wake-up socket) is never idle in the HTTP sense:
+            // it stays busy for as long as it lives, so the idle and header timeouts leave it
+            // alone. The count is raised for good instead of holding the token, which would
+            // keep the connection's state alive after the connection is gone.
+            if let Some(in_flight) = this.in_flight.take() {
+                in_flight.0.in_flight.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         if let Some(in_flight) = this.in_flight.take() {
             response = response.map(|body| {
                 Body::new(InFlightBody {

@@ -1,0 +1,274 @@
+//! `GET /api/v1/ws` on `agentaddress serve`: the wake-up socket of docs/API.md §17. A client
+//! subscribes to addresses with their read tokens; the server sends `notify` whenever an
+//! address's feed grows past what the client was told, woken by the same per-address signal as
+//! long polls. The socket only wakes: the feed (`GET events`) stays the one source of events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentaddress_api::AppState;
+use agentaddress_core::domain::ids;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_stream::wrappers::WatchStream;
+use tokio_stream::StreamMap;
+
+/// Subscriptions one socket may hold.
+pub const MAX_SUBSCRIPTIONS: usize = 20;
+/// Sockets subscribed to one address at once.
+pub const MAX_SOCKETS_PER_ADDRESS: usize = 20;
+/// The largest client frame; larger ones close the socket (1009).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024;
+/// How often a socket checks that its addresses still live: an expiry is learnt this late at
+/// most (a deletion wakes it at once).
+const LIVENESS_CHECK: Duration = Duration::from_secs(30);
+
+/// Sockets per address, for [`MAX_SOCKETS_PER_ADDRESS`].
+#[derive(Default)]
+pub struct SocketCounts(Mutex<HashMap<String, usize>>);
+
+impl SocketCounts {
+    fn take(&self, address_id: &str) -> bool {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(address_id.to_owned()).or_insert(0);
+        if *n >= MAX_SOCKETS_PER_ADDRESS {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn give_back(&self, address_id: &str) {
+        let mut m = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get_mut(address_id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                m.remove(address_id);
+            }
+        }
+    }
+}
+
+/// What the route needs besides the API's state.
+#[derive(Clone)]
+pub struct Sockets {
+    pub state: AppState,
+    pub counts: Arc<SocketCounts>,
+}
+
+pub async fn upgrade(State(sockets): State<Sockets>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| run(socket, sockets))
+}
+
+/// One subscription: the last sequence the client was told.
+struct Subscription {
+    told: u64,
+}
+
+async fn run(mut socket: WebSocket, sockets: Sockets) {
+    let state = &sockets.state;
+    let Some(signal) = state.store.feed_signal() else {
+        let _ = socket
+            .send(text(&error("not_supported", "No wake-up signal here.")))
+            .await;
+        return;
+    };
+    let mut subs: HashMap<String, Subscription> = HashMap::new();
+    let mut wakeups: StreamMap<String, WatchStream<u64>> = StreamMap::new();
+    let mut shutdown = state.shutdown.clone();
+    let mut liveness = tokio::time::interval(LIVENESS_CHECK);
+    liveness.tick().await;
+    loop {
+        tokio::select! {
+            frame = socket.recv() => {
+                let Some(Ok(frame)) = frame else { break };
+                let reply = match frame {
+                    Message::Text(t) => {
+                        handle(t.as_str(), state, signal, &sockets.counts, &mut subs, &mut wakeups).await
+                    }
+                    Message::Binary(_) => Some(error("invalid_request", "Frames are JSON text.")),
+                    Message::Ping(_) | Message::Pong(_) => None,
+                    Message::Close(_) => break,
+                };
+                if let Some(reply) = reply {
+                    if socket.send(text(&reply)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            Some((address_id, _)) = wakeups.next(), if !wakeups.is_empty() => {
+                if !tell(&mut socket, state, &address_id, &mut subs, &mut wakeups, &sockets.counts).await {
+                    break;
+                }
+            }
+            _ = liveness.tick() => {
+                let ids: Vec<String> = subs.keys().cloned().collect();
+                let mut closed = false;
+                for id in ids {
+                    if !tell(&mut socket, state, &id, &mut subs, &mut wakeups, &sockets.counts).await {
+                        closed = true;
+                        break;
+                    }
+                }
+                if closed {
+                    break;
+                }
+            }
+            _ = shutdown.changed() => {
+                let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame {
+                    code: 1001,
+                    reason: "the server is shutting down".into(),
+                }))).await;
+                break;
+            }
+        }
+    }
+    for id in subs.keys() {
+        sockets.counts.give_back(id);
+    }
+}
+
+/// Sends `notify` when `address_id`'s feed grew past what the client was told, or `gone`
+/// (and drops the subscription) when the address no longer lives. `false`: the socket is
+/// closed.
+async fn tell(
+    socket: &mut WebSocket,
+    state: &AppState,
+    address_id: &str,
+    subs: &mut HashMap<String, Subscription>,
+    wakeups: &mut StreamMap<String, WatchStream<u64>>,
+    counts: &SocketCounts,
+) -> bool {
+    let Some(sub) = subs.get_mut(address_id) else {
+        return true;
+    };
+    let now = state.clock.now();
+    let live = match state.store.get_address(address_id, now).await {
+        Ok(Some(a)) if !a.is_gone(now) => Some(a.last_sequence),
+        Ok(_) | Err(agentaddress_core::store::StoreError::AddressGone) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "a socket could not read an address");
+            return true;
+        }
+    };
+    let frame = match live {
+        Some(last) if last > sub.told => {
+            sub.told = last;
+            json!({"type": "notify", "address_id": address_id, "last_sequence": last})
+        }
+        Some(_) => return true,
+        None => {
+            subs.remove(address_id);
+            wakeups.remove(address_id);
+            counts.give_back(address_id);
+            json!({"type": "gone", "address_id": address_id})
+        }
+    };
+    socket.send(text(&frame)).await.is_ok()
+}
+
+/// Answers one client frame.
+async fn handle(
+    frame: &str,
+    state: &AppState,
+    signal: &agentaddress_core::store::FeedSignal,
+    counts: &SocketCounts,
+    subs: &mut HashMap<String, Subscription>,
+    wakeups: &mut StreamMap<String, WatchStream<u64>>,
+) -> Option<Value> {
+    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(frame) else {
+        return Some(error(
+            "invalid_request",
+            "A frame is one JSON object with an `action`.",
+        ));
+    };
+    let field = |name: &str| msg.get(name).and_then(Value::as_str).unwrap_or("");
+    match field("action") {
+        "ping" => Some(json!({"type": "pong"})),
+        "unsubscribe" => {
+            let id = field("address_id");
+            if subs.remove(id).is_some() {
+                wakeups.remove(id);
+                counts.give_back(id);
+            }
+            Some(json!({"type": "unsubscribed", "address_id": id}))
+        }
+        "subscribe" => {
+            let id = field("address_id").to_owned();
+            let token = field("read_token");
+            let now = state.clock.now();
+            // Every refusal of a token looks the same: nothing about the address is revealed.
+            let record = match state.store.get_address(&id, now).await {
+                Ok(Some(a))
+                    if ids::is_valid_id(&id) && ids::verify_secret(token, &a.token_hash) =>
+                {
+                    a
+                }
+                Ok(_) => {
+                    return Some(error(
+                        "unauthorized",
+                        "A valid read token for this address is required.",
+                    ))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a socket could not read an address");
+                    return Some(error("unavailable", "Try again."));
+                }
+            };
+            if record.is_gone(now) {
+                return Some(json!({"type": "gone", "address_id": id}));
+            }
+            if subs.contains_key(&id) {
+                return Some(json!({"type": "subscribed", "address_id": id,
+                                   "last_sequence": record.last_sequence}));
+            }
+            if subs.len() >= MAX_SUBSCRIPTIONS {
+                return Some(error(
+                    "quota_exceeded",
+                    "A socket holds at most 20 subscriptions.",
+                ));
+            }
+            if !counts.take(&id) {
+                return Some(error(
+                    "quota_exceeded",
+                    "This address has its most subscribed sockets (20).",
+                ));
+            }
+            // Subscribed before the sequence is read: no append between them is missed.
+            let rx: watch::Receiver<u64> = signal.subscribe(&id);
+            let last = match state.store.last_sequence(&id, now).await {
+                Ok(last) => last,
+                Err(_) => record.last_sequence,
+            };
+            wakeups.insert(id.clone(), WatchStream::from_changes(rx));
+            subs.insert(id.clone(), Subscription { told: last });
+            // A client whose cursor (`after`) is behind `last_sequence` reads the feed now.
+            Some(json!({"type": "subscribed", "address_id": id, "last_sequence": last}))
+        }
+        _ => Some(error(
+            "invalid_request",
+            "`action` is `subscribe`, `unsubscribe` or `ping`.",
+        )),
+    }
+}
+
+fn error(code: &str, message: &str) -> Value {
+    json!({"type": "error", "code": code, "message": message})
+}
+
+fn text(v: &Value) -> Message {
+    Message::Text(v.to_string().into())
+}
