@@ -68,8 +68,13 @@ pub struct Sockets {
 }
 
 pub async fn upgrade(State(sockets): State<Sockets>, ws: WebSocketUpgrade) -> Response {
+    // Small buffers: a socket mostly waits, and its frames are small (tungstenite's defaults,
+    // 128 KiB each way, made 10,000 idle sockets hold 1.4 GB; docs/PERFORMANCE.md).
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
+        .read_buffer_size(4 * 1024)
+        .write_buffer_size(0)
+        .max_write_buffer_size(256 * 1024)
         .on_upgrade(move |socket| run(socket, sockets))
 }
 

@@ -1,0 +1,281 @@
+//! What idle wake-up sockets (`GET /api/v1/ws`, docs/API.md §17) cost `agentaddress serve`
+//! (docs/PERFORMANCE.md, "Wake-up sockets"), measured as the event streams of
+//! `agentaddress-streams` are:
+//! - **at rest**: 10,000 addresses, one socket subscribed to each (a connection each), opened
+//!   in batches of 500; after 3 s the server's RSS, and its CPU over 16 s, from `/proc/<pid>`;
+//! - **notify latency**: then one producer delivers to the sockets' addresses round-robin at
+//!   250/s; the delay of a sample is the moment its `notify` frame arrives minus the moment the
+//!   producer got its 2xx (HdrHistogram, µs).
+//!
+//! `agentaddress-sockets --agentaddress target/release/agentaddress [--sockets 10000]
+//! [--samples 2000]`
+#![forbid(unsafe_code)]
+
+#[path = "../procstat.rs"]
+mod procstat;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use futures::{SinkExt, StreamExt};
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// The `agentaddress` binary (a release build).
+    #[arg(long)]
+    agentaddress: PathBuf,
+    /// Sockets held open, one per address.
+    #[arg(long, default_value_t = 10_000)]
+    sockets: usize,
+    /// Deliveries whose notify latency is measured (250 a second).
+    #[arg(long, default_value_t = 2_000)]
+    samples: usize,
+}
+
+const DELIVERIES_PER_S: u64 = 250;
+
+struct Address {
+    id: String,
+    token: String,
+    inbox: String,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), String> {
+    let args = Args::parse();
+    let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let (mut server, base) = start(&args, &dir.path().join("bench.db")).await?;
+    let pid = server.id().ok_or("no server pid")?;
+    println!("sockets: agentaddress at {base} (pid {pid})");
+    let http = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+
+    let started = Instant::now();
+    let addresses = create_addresses(&http, &base, args.sockets).await?;
+    println!(
+        "sockets: {} addresses in {:.1?}",
+        addresses.len(),
+        started.elapsed()
+    );
+
+    // Sockets: each subscribes to its address and reports every notify's arrival.
+    let ws_url = format!("{}/api/v1/ws", base.replacen("http://", "ws://", 1));
+    let open = Arc::new(AtomicUsize::new(0));
+    let (arrivals_tx, mut arrivals) = mpsc::unbounded_channel::<(usize, Instant)>();
+    let mut tasks = Vec::with_capacity(addresses.len());
+    for (i, a) in addresses.iter().enumerate() {
+        let url = ws_url.clone();
+        let subscribe =
+            json!({"action": "subscribe", "address_id": a.id, "read_token": a.token}).to_string();
+        let open = Arc::clone(&open);
+        let tx = arrivals_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let Ok((mut ws, _)) = tokio_tungstenite::connect_async(url).await else {
+                return;
+            };
+            if ws.send(Message::Text(subscribe.into())).await.is_err() {
+                return;
+            }
+            let mut counted = false;
+            while let Some(Ok(frame)) = ws.next().await {
+                let at = Instant::now();
+                let Message::Text(t) = frame else { continue };
+                let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                match v["type"].as_str() {
+                    Some("subscribed") if !counted => {
+                        counted = true;
+                        open.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some("notify") => {
+                        let _ = tx.send((i, at));
+                    }
+                    _ => {}
+                }
+            }
+            if counted {
+                open.fetch_sub(1, Ordering::Relaxed);
+            }
+        }));
+        if i % 500 == 499 {
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    let settle = Instant::now() + Duration::from_secs(60);
+    while open.load(Ordering::Relaxed) < addresses.len() && Instant::now() < settle {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cpu = procstat::CpuMeter::start(pid);
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    let cpu_pct = cpu.percent();
+    let (rss, _) = procstat::rss_mb(pid);
+    let held = open.load(Ordering::Relaxed);
+    println!(
+        "sockets: at rest (a connection each): {held} subscribed, server RSS {rss:.1} MB, CPU {cpu_pct:.1} % over 16 s"
+    );
+
+    // Delivery delay: one producer, round-robin over the addresses, 250/s.
+    let gap = Duration::from_micros(1_000_000 / DELIVERIES_PER_S);
+    let mut sent: HashMap<usize, Instant> = HashMap::new();
+    let mut seen: HashMap<usize, Instant> = HashMap::new();
+    let mut errors = 0usize;
+    let producer = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| format!("client: {e}"))?;
+    let samples = args.samples.min(addresses.len());
+    let step = (addresses.len() / samples.max(1)).max(1);
+    let mut next = Instant::now();
+    for n in 0..samples {
+        let i = (n * step) % addresses.len();
+        tokio::time::sleep_until(next).await;
+        next += gap;
+        let r = producer
+            .post(&addresses[i].inbox)
+            .json(&json!({"type": "bench.socket", "data": {"n": n}}))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status() == 202 => {
+                sent.insert(i, Instant::now());
+            }
+            _ => errors += 1,
+        }
+        while let Ok((i, at)) = arrivals.try_recv() {
+            seen.insert(i, at);
+        }
+    }
+    let drain = Instant::now() + Duration::from_secs(5);
+    while seen.len() < sent.len() && Instant::now() < drain {
+        if let Ok(Some((i, at))) =
+            tokio::time::timeout(Duration::from_millis(100), arrivals.recv()).await
+        {
+            seen.insert(i, at);
+        }
+    }
+    let mut h = Histogram::<u64>::new(3).map_err(|e| format!("histogram: {e}"))?;
+    let mut missing = 0;
+    for (i, at) in &sent {
+        match seen.get(i) {
+            Some(arrived) => {
+                let us = arrived.saturating_duration_since(*at).as_micros();
+                h.record(u64::try_from(us).unwrap_or(u64::MAX).max(1))
+                    .map_err(|e| format!("record: {e}"))?;
+            }
+            None => missing += 1,
+        }
+    }
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    println!(
+        "sockets: notify latency over {} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing, {errors} delivery errors",
+        h.len(),
+        ms(0.5),
+        ms(0.99),
+        h.max() as f64 / 1000.0
+    );
+    println!(
+        "summary: sockets_open={held} sockets_rss_mb={rss:.1} sockets_cpu_pct={cpu_pct:.1} notify_p50_ms={:.2} notify_p99_ms={:.2}",
+        ms(0.5),
+        ms(0.99)
+    );
+    for t in &tasks {
+        t.abort();
+    }
+    let _ = server.kill().await;
+    if held < addresses.len() || missing > 0 || errors > 0 {
+        return Err(format!(
+            "{held} of {} sockets subscribed, {missing} notifies missing, {errors} delivery errors",
+            addresses.len()
+        ));
+    }
+    Ok(())
+}
+
+async fn start(args: &Args, db: &std::path::Path) -> Result<(Child, String), String> {
+    let mut child = Command::new(&args.agentaddress)
+        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
+        .arg(db)
+        .env("AGENTADDRESS_SQLITE_SYNCHRONOUS", "full")
+        .env("AGENTADDRESS_POLLS_PER_MINUTE", "1000000000")
+        .env("AGENTADDRESS_CREATIONS_PER_MINUTE", "1000000000")
+        // Every client connects from 127.0.0.1: no per-IP cap; the global cap is what the
+        // descriptor limit allows.
+        .env("AGENTADDRESS_MAX_CONNECTIONS", "1000000")
+        .env("AGENTADDRESS_MAX_CONNECTIONS_PER_IP", "0")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", args.agentaddress.display()))?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .map_err(|_| "the server did not start within 30 s".to_owned())?
+        .map_err(|e| format!("stdout: {e}"))?
+        .ok_or("the server exited")?;
+    let base = line
+        .strip_prefix("agentaddress listening on ")
+        .ok_or_else(|| format!("unexpected first line {line:?}"))?
+        .trim()
+        .to_owned();
+    // Keep draining stdout so that the server never blocks on it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, base))
+}
+
+async fn create_addresses(
+    http: &reqwest::Client,
+    base: &str,
+    n: usize,
+) -> Result<Vec<Address>, String> {
+    let url = format!("{base}/api/v1/addresses");
+    let results: Vec<Result<Address, String>> = futures::stream::iter(0..n)
+        .map(|_| {
+            let http = http.clone();
+            let url = url.clone();
+            async move {
+                let r = http
+                    .post(&url)
+                    .json(&json!({}))
+                    .send()
+                    .await
+                    .map_err(|e| format!("create: {e}"))?;
+                let status = r.status().as_u16();
+                let b: Value = r.json().await.map_err(|e| format!("create: {e}"))?;
+                if status != 201 {
+                    return Err(format!("create address: {status} {b}"));
+                }
+                let s = |p: &str| {
+                    b.pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                Ok(Address {
+                    id: s("/address/id"),
+                    token: s("/credentials/read_token"),
+                    inbox: s("/endpoints/inbox_url"),
+                })
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
