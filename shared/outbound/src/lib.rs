@@ -303,14 +303,17 @@ pub mod ses {
                 .data(Blob::new(raw))
                 .build()
                 .map_err(|e| RelayError::Permanent(e.to_string()))?;
+            // The envelope sender: the address of the `From` mailbox, as the message has it.
             let sender = mail
                 .from
-                .rsplit_once('<')
-                .map_or(mail.from.as_str(), |(_, a)| a.trim_end_matches('>'));
+                .parse::<lettre::message::Mailbox>()
+                .map_err(|e| RelayError::Permanent(format!("the sender is not valid: {e}")))?
+                .email
+                .to_string();
             let mut request = self
                 .client
                 .send_email()
-                .from_email_address(sender)
+                .from_email_address(&sender)
                 .destination(Destination::builder().to_addresses(&mail.to).build())
                 .content(EmailContent::builder().raw(content).build());
             if let Some(set) = &self.configuration_set {
