@@ -10,7 +10,7 @@ use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::page_budget::PageBudget;
 use agentaddress_api::stream::{self, StreamSettings};
 use agentaddress_api::telemetry::{self, LogFormat};
-use agentaddress_api::{ApiConfig, AppState};
+use agentaddress_api::{ApiConfig, AppState, WsEndpoint};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_core::store::Store;
 use agentaddress_sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
@@ -196,6 +196,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_streams(Some(StreamSettings {
             heartbeat: Duration::from_millis(args.stream_heartbeat_ms),
             max_duration: Duration::from_millis(args.stream_max_ms),
+        }))
+        .with_ws(Some(match &args.service.ws_url {
+            Some(url) => WsEndpoint::At(url.clone()),
+            None => WsEndpoint::ThisServer,
         }));
     // HTTP/1.1 and, on the same port, HTTP/2 with prior knowledge (h2c): axum's server tells
     // them apart by the connection preface.

@@ -219,12 +219,15 @@ async fn serve_http(
 }
 
 /// The state of every HTTP function: no event streams (API Gateway buffers a function's whole
-/// answer, so `GET {root}/events/stream` answers 501 `not_supported`, docs/API.md §14).
+/// answer, so `GET {root}/events/stream` answers 501 `not_supported`, docs/API.md §14), and the
+/// wake-up socket at `AGENTADDRESS_WS_URL` (the WebSocket API, docs/API.md §17) when it is set.
 pub fn http_state(
     store: Arc<dyn agentaddress_core::store::Store>,
     service: &ServiceConfig,
 ) -> AppState {
-    AppState::new(store, ApiConfig::from(service)).with_streams(None)
+    AppState::new(store, ApiConfig::from(service))
+        .with_streams(None)
+        .with_ws(service.ws_url.clone().map(api::WsEndpoint::At))
 }
 
 /// The send queue consumer (docs/API.md §16): each message names a recorded send; one delivery

@@ -98,6 +98,12 @@ pub struct ServiceConfig {
     #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET", value_parser = parse_ingest_secret,
           hide_env_values = true)]
     pub email_ingest_secret: Option<Secret>,
+
+    /// The wake-up socket's URL handed out as `endpoints.ws_url` (docs/API.md §17): the AWS
+    /// deployment's WebSocket API (wss://…/stage). `serve` offers its own socket at
+    /// {base}/api/v1/ws when this is not set.
+    #[arg(long, env = "AGENTADDRESS_WS_URL", value_parser = parse_ws_url)]
+    pub ws_url: Option<String>,
 }
 
 /// A secret from the configuration: its `Debug` never shows it.
@@ -176,6 +182,19 @@ fn parse_public_url(s: &str) -> Result<String, String> {
     Ok(trimmed.to_owned())
 }
 
+fn parse_ws_url(s: &str) -> Result<String, String> {
+    let trimmed = s.trim().trim_end_matches('/');
+    let rest = trimmed
+        .strip_prefix("wss://")
+        .or_else(|| trimmed.strip_prefix("ws://"))
+        .ok_or("the socket URL must start with ws:// or wss://")?;
+    let host = rest.split('/').next().unwrap_or("");
+    if host.is_empty() || trimmed.contains(['?', '#', ' ']) {
+        return Err("the socket URL must be like wss://host[:port][/stage], without query".into());
+    }
+    Ok(trimmed.to_owned())
+}
+
 fn parse_domain(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 253
@@ -210,6 +229,12 @@ mod tests {
         assert!(parse_public_url("ftp://x").is_err());
         assert!(parse_public_url("https://").is_err());
         assert!(parse_public_url("https://a?b=1").is_err());
+        assert_eq!(
+            parse_ws_url("wss://x.execute-api.eu-west-1.amazonaws.com/prod/").as_deref(),
+            Ok("wss://x.execute-api.eu-west-1.amazonaws.com/prod")
+        );
+        assert!(parse_ws_url("https://a").is_err());
+        assert!(parse_ws_url("ws://").is_err());
     }
 
     #[test]

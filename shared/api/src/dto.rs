@@ -71,6 +71,20 @@ pub struct Endpoints {
     pub inbox_url: String,
     pub events_url: String,
     pub state_url: String,
+    /// The wake-up socket (docs/API.md §17), where the deployment offers one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_url: Option<String>,
+}
+
+/// The endpoints of `GET {root}`: those of the creation response but the inbox URL (its secret
+/// is only shown once).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReadEndpoints {
+    pub events_url: String,
+    pub state_url: String,
+    /// The wake-up socket (docs/API.md §17), where the deployment offers one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ws_url: Option<String>,
 }
 
 /// `201` of `POST /api/v1/addresses`.
@@ -106,6 +120,7 @@ pub struct AddressDetails {
     pub address: AddressView,
     pub usage: UsageView,
     pub limits: Limits,
+    pub endpoints: ReadEndpoints,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

@@ -130,6 +130,7 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
                 inbox_url: format!("{base}/api/v1/inbox/{id}/{inbox_secret}"),
                 events_url: format!("{root}/events"),
                 state_url: format!("{root}/state"),
+                ws_url: state.ws.as_ref().map(|ws| ws.url(&base)),
             },
         },
     ))
@@ -155,12 +156,19 @@ pub async fn inspect_address(
         .store
         .usage(&address_id, &state.config.limits, now)
         .await?;
+    let base = base_url(&state, &headers);
+    let root = root_url(&base, &address_id);
     Ok(json_response(
         StatusCode::OK,
         &AddressDetails {
             address: AddressView::from(&record),
             usage: usage.into(),
             limits: state.config.limits.clone(),
+            endpoints: ReadEndpoints {
+                events_url: format!("{root}/events"),
+                state_url: format!("{root}/state"),
+                ws_url: state.ws.as_ref().map(|ws| ws.url(&base)),
+            },
         },
     ))
 }

@@ -122,6 +122,36 @@ pub struct AppState {
     pub streams: Option<stream::StreamSettings>,
     /// Outbound email's sender, relay and delivery (docs/API.md §16); `None`: not configured.
     pub outbound: Option<Arc<outbound::Outbound>>,
+    /// Where the wake-up socket is served (docs/API.md §17); `None`: nowhere, and
+    /// `endpoints.ws_url` is absent.
+    pub ws: Option<WsEndpoint>,
+}
+
+/// Where the wake-up socket is served, handed out as `endpoints.ws_url` (docs/API.md §17).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WsEndpoint {
+    /// `{base}/api/v1/ws` of this server, `ws://` for `http://` and `wss://` for `https://`
+    /// (`serve`).
+    ThisServer,
+    /// A URL of its own (the AWS deployment's WebSocket API).
+    At(String),
+}
+
+impl WsEndpoint {
+    /// The URL for clients that reach the API at `base`.
+    pub fn url(&self, base: &str) -> String {
+        match self {
+            WsEndpoint::At(url) => url.clone(),
+            WsEndpoint::ThisServer => {
+                let rest = base
+                    .strip_prefix("https://")
+                    .map(|r| format!("wss://{r}"))
+                    .or_else(|| base.strip_prefix("http://").map(|r| format!("ws://{r}")))
+                    .unwrap_or_else(|| base.to_owned());
+                format!("{rest}/api/v1/ws")
+            }
+        }
+    }
 }
 
 impl AppState {
@@ -137,7 +167,14 @@ impl AppState {
             page_budget: None,
             streams: Some(stream::StreamSettings::default()),
             outbound: None,
+            ws: None,
         }
+    }
+
+    /// The wake-up socket at `ws` (docs/API.md §17), or none.
+    pub fn with_ws(mut self, ws: Option<WsEndpoint>) -> Self {
+        self.ws = ws;
+        self
     }
 
     /// Outbound email through `outbound` (docs/API.md §16).

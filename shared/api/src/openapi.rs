@@ -419,7 +419,7 @@ impl Modify for Contract {
         description = "Durable return addresses for AI agents: an inbox URL for webhooks, an ordered event feed with long polling, and small JSON state with compare-and-set.",
     ),
     components(schemas(
-        AddressView, Credentials, Endpoints, CreatedAddress, CreateAddressRequest, UsageView,
+        AddressView, Credentials, Endpoints, ReadEndpoints, CreatedAddress, CreateAddressRequest, UsageView,
         AddressDetails, Limits, EventRefView, DeliveryResult, EventView, EventPageView,
         SingleEvent, AckedEventView, AckResult, StateKeyView, StateLimitsView, StateList,
         StateValue, PutStateRequest, StateWriteResult, StateDeleteResult, Health, ErrorDetail,
