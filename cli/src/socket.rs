@@ -7,23 +7,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agentaddress_api::socket::{self as protocol, ClientFrame};
 use agentaddress_api::AppState;
-use agentaddress_core::domain::ids;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_stream::wrappers::WatchStream;
 use tokio_stream::StreamMap;
 
-/// Subscriptions one socket may hold.
-pub const MAX_SUBSCRIPTIONS: usize = 20;
-/// Sockets subscribed to one address at once.
-pub const MAX_SOCKETS_PER_ADDRESS: usize = 20;
-/// The largest client frame; larger ones close the socket (1009).
-pub const MAX_FRAME_BYTES: usize = 16 * 1024;
+pub use protocol::{MAX_FRAME_BYTES, MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS};
 /// How often a socket checks that its addresses still live: an expiry is learnt this late at
 /// most (a deletion wakes it at once).
 const LIVENESS_CHECK: Duration = Duration::from_secs(30);
@@ -87,7 +82,7 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
     let state = &sockets.state;
     let Some(signal) = state.store.feed_signal() else {
         let _ = socket
-            .send(text(&error("not_supported", "No wake-up signal here.")))
+            .send(text(&protocol::error("not_supported", "No wake-up signal here.")))
             .await;
         return;
     };
@@ -104,7 +99,7 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
                     Message::Text(t) => {
                         handle(t.as_str(), state, signal, &sockets.counts, &mut subs, &mut wakeups).await
                     }
-                    Message::Binary(_) => Some(error("invalid_request", "Frames are JSON text.")),
+                    Message::Binary(_) => Some(protocol::binary_refused()),
                     Message::Ping(_) | Message::Pong(_) => None,
                     Message::Close(_) => break,
                 };
@@ -172,14 +167,14 @@ async fn tell(
     let frame = match live {
         Some(last) if last > sub.told => {
             sub.told = last;
-            json!({"type": "notify", "address_id": address_id, "last_sequence": last})
+            protocol::notify(address_id, last)
         }
         Some(_) => return true,
         None => {
             subs.remove(address_id);
             wakeups.remove(address_id);
             counts.give_back(address_id);
-            json!({"type": "gone", "address_id": address_id})
+            protocol::gone(address_id)
         }
     };
     socket.send(text(&frame)).await.is_ok()
@@ -194,63 +189,36 @@ async fn handle(
     subs: &mut HashMap<String, Subscription>,
     wakeups: &mut StreamMap<String, WatchStream<u64>>,
 ) -> Option<Value> {
-    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(frame) else {
-        return Some(error(
-            "invalid_request",
-            "A frame is one JSON object with an `action`.",
-        ));
+    let frame = match protocol::parse(frame) {
+        Ok(frame) => frame,
+        Err(refusal) => return Some(refusal),
     };
-    let field = |name: &str| msg.get(name).and_then(Value::as_str).unwrap_or("");
-    match field("action") {
-        "ping" => Some(json!({"type": "pong"})),
-        "unsubscribe" => {
-            let id = field("address_id");
-            if subs.remove(id).is_some() {
-                wakeups.remove(id);
-                counts.give_back(id);
+    match frame {
+        ClientFrame::Ping => Some(protocol::pong()),
+        ClientFrame::Unsubscribe { address_id: id } => {
+            if subs.remove(&id).is_some() {
+                wakeups.remove(&id);
+                counts.give_back(&id);
             }
-            Some(json!({"type": "unsubscribed", "address_id": id}))
+            Some(protocol::unsubscribed(&id))
         }
-        "subscribe" => {
-            let id = field("address_id").to_owned();
-            let token = field("read_token");
+        ClientFrame::Subscribe {
+            address_id: id,
+            read_token,
+        } => {
             let now = state.clock.now();
-            // Every refusal of a token looks the same: nothing about the address is revealed.
-            let record = match state.store.get_address(&id, now).await {
-                Ok(Some(a))
-                    if ids::is_valid_id(&id) && ids::verify_secret(token, &a.token_hash) =>
-                {
-                    a
-                }
-                Ok(_) => {
-                    return Some(error(
-                        "unauthorized",
-                        "A valid read token for this address is required.",
-                    ))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "a socket could not read an address");
-                    return Some(error("unavailable", "Try again."));
-                }
+            let record = match protocol::authorize(state, &id, &read_token, now).await {
+                Ok(record) => record,
+                Err(refusal) => return Some(refusal),
             };
-            if record.is_gone(now) {
-                return Some(json!({"type": "gone", "address_id": id}));
-            }
             if subs.contains_key(&id) {
-                return Some(json!({"type": "subscribed", "address_id": id,
-                                   "last_sequence": record.last_sequence}));
+                return Some(protocol::subscribed(&id, record.last_sequence));
             }
             if subs.len() >= MAX_SUBSCRIPTIONS {
-                return Some(error(
-                    "quota_exceeded",
-                    "A socket holds at most 20 subscriptions.",
-                ));
+                return Some(protocol::socket_full());
             }
             if !counts.take(&id) {
-                return Some(error(
-                    "quota_exceeded",
-                    "This address has its most subscribed sockets (20).",
-                ));
+                return Some(protocol::address_full());
             }
             // Subscribed before the sequence is read: no append between them is missed.
             let rx: watch::Receiver<u64> = signal.subscribe(&id);
@@ -261,17 +229,9 @@ async fn handle(
             wakeups.insert(id.clone(), WatchStream::from_changes(rx));
             subs.insert(id.clone(), Subscription { told: last });
             // A client whose cursor (`after`) is behind `last_sequence` reads the feed now.
-            Some(json!({"type": "subscribed", "address_id": id, "last_sequence": last}))
+            Some(protocol::subscribed(&id, last))
         }
-        _ => Some(error(
-            "invalid_request",
-            "`action` is `subscribe`, `unsubscribe` or `ping`.",
-        )),
     }
-}
-
-fn error(code: &str, message: &str) -> Value {
-    json!({"type": "error", "code": code, "message": message})
 }
 
 fn text(v: &Value) -> Message {

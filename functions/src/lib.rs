@@ -17,6 +17,9 @@ use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
 use lambda_runtime::LambdaEvent;
 
+pub mod sockets;
+pub use sockets::run_ws;
+
 pub type Error = lambda_http::Error;
 
 /// The CloudWatch namespace of the functions' metrics.
@@ -142,10 +145,14 @@ async fn store_and_sdk(
     if let Some(queue) = purges.and_then(|q| q(&aws, &sdk)) {
         store = store.with_purge_queue(queue);
     }
-    let store = match bucket.and_then(|b| b(&aws, &sdk)) {
+    let mut store = match bucket.and_then(|b| b(&aws, &sdk)) {
         Some(bucket) => store.with_email_bucket(bucket),
         None => store,
     };
+    // After each append, the subscribed wake-up sockets are told (docs/API.md §17).
+    if let Some(poster) = sockets::ApiGatewayPoster::from_env(&sdk) {
+        store = store.with_sockets(poster);
+    }
     Ok((store, sdk))
 }
 

@@ -24,6 +24,7 @@ mod request_log;
 mod request_page;
 mod request_routes;
 pub mod routes;
+pub mod socket;
 pub mod stream;
 pub mod telemetry;
 

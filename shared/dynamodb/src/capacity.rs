@@ -48,7 +48,8 @@ consumed_one!(false;
 );
 consumed_one!(true;
     aws_sdk_dynamodb::operation::put_item::PutItemOutput,
-    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput
+    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+    aws_sdk_dynamodb::operation::delete_item::DeleteItemOutput
 );
 consumed_many!(
     aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsOutput,

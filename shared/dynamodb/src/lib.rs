@@ -97,6 +97,7 @@ mod purge;
 mod rate_limit;
 mod requests;
 mod retry;
+mod sockets;
 mod state;
 
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
@@ -110,6 +111,10 @@ pub use http::sdk_http_client;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue};
+pub use sockets::{
+    ConnectionPoster, PostError, Subscribed, MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS,
+    SUBSCRIPTION_LIFETIME,
+};
 pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 
 use std::collections::HashMap;
@@ -138,6 +143,9 @@ pub struct DynamoStore {
     tombstone_ms: i64,
     purge: Option<Arc<dyn PurgeQueue>>,
     bucket: Option<Arc<dyn MessageBucket>>,
+    /// The wake-up sockets' poster (`sockets`), in the functions of a deployment with a
+    /// WebSocket API.
+    sockets: Option<Arc<dyn ConnectionPoster>>,
     metrics: Arc<Metrics>,
 }
 
@@ -151,6 +159,7 @@ impl DynamoStore {
             tombstone_ms: i64::try_from(tombstone_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
             purge: None,
             bucket: None,
+            sockets: None,
             metrics: Arc::default(),
         }
     }
@@ -259,6 +268,18 @@ impl DynamoStore {
         }
     }
 
+    /// Tells the address's sockets its feed's head, read now (after appends whose sequence the
+    /// caller does not hold).
+    async fn tell_head(&self, id: &str, now: Millis) {
+        if self.sockets.is_none() {
+            return;
+        }
+        match self.feed_head(id, now, true).await {
+            Ok(head) => self.tell_sockets(id, Some(head), now).await,
+            Err(e) => tracing::warn!(address_id = %id, error = %e, "cannot read the feed's head for its sockets"),
+        }
+    }
+
     async fn get(&self, id: &str, sk: String) -> StoreResult<Option<Item>> {
         let out = self
             .client
@@ -311,7 +332,9 @@ impl Store for DynamoStore {
     }
 
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
-        self.delete_address_impl(id, now).await
+        self.delete_address_impl(id, now).await?;
+        self.tell_sockets(id, None, now).await;
+        Ok(())
     }
 
     async fn append_event(
@@ -322,7 +345,12 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
-        self.append_event_impl(id, event, claim, limits, now).await
+        let appended = self.append_event_impl(id, event, claim, limits, now).await?;
+        if !appended.duplicate {
+            self.tell_sockets(id, Some(appended.event.sequence), now)
+                .await;
+        }
+        Ok(appended)
     }
 
     async fn append_email(
@@ -332,7 +360,12 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
-        self.append_email_impl(id, email, limits, now).await
+        let appended = self.append_email_impl(id, email, limits, now).await?;
+        if !appended.duplicate {
+            self.tell_sockets(id, Some(appended.event.sequence), now)
+                .await;
+        }
+        Ok(appended)
     }
 
     async fn email_of_event(
@@ -395,12 +428,22 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<AnswerOutcome> {
-        self.answer_request_impl(request_id, answer, limits, now)
-            .await
+        let outcome = self
+            .answer_request_impl(request_id, answer, limits, now)
+            .await?;
+        if let AnswerOutcome::Answered { request, event } = &outcome {
+            self.tell_sockets(&request.address_id, Some(event.sequence), now)
+                .await;
+        }
+        Ok(outcome)
     }
 
     async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
-        self.expire_requests_impl(id, limits, now).await
+        let expired = self.expire_requests_impl(id, limits, now).await?;
+        if expired > 0 {
+            self.tell_head(id, now).await;
+        }
+        Ok(expired)
     }
 
     async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
@@ -435,7 +478,12 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<SendRecorded> {
-        self.record_send_impl(id, send, limits, now).await
+        let recorded = self.record_send_impl(id, send, limits, now).await?;
+        if !recorded.duplicate {
+            self.tell_sockets(id, Some(recorded.event.sequence), now)
+                .await;
+        }
+        Ok(recorded)
     }
 
     async fn get_send(
@@ -465,8 +513,14 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<()> {
+        let failed = matches!(outcome, SendOutcome::Failed { .. });
         self.finish_send_impl(id, send_id, outcome, limits, now)
-            .await
+            .await?;
+        if failed {
+            // `email.send_failed` was appended (by this call or an earlier attempt of it).
+            self.tell_head(id, now).await;
+        }
+        Ok(())
     }
 
     async fn read_events(
@@ -514,8 +568,12 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<StateWritten> {
-        self.put_state_impl(id, k, value, expected, limits, now)
-            .await
+        let written = self
+            .put_state_impl(id, k, value, expected, limits, now)
+            .await?;
+        self.tell_sockets(id, Some(written.event.sequence), now)
+            .await;
+        Ok(written)
     }
 
     async fn delete_state(
@@ -526,7 +584,12 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<StateDeleted> {
-        self.delete_state_impl(id, k, expected, limits, now).await
+        let deleted = self
+            .delete_state_impl(id, k, expected, limits, now)
+            .await?;
+        self.tell_sockets(id, Some(deleted.event.sequence), now)
+            .await;
+        Ok(deleted)
     }
 
     async fn hit_rate_limit(

@@ -1,0 +1,334 @@
+//! The AWS deployment's wake-up sockets (docs/API.md §17): which API Gateway WebSocket
+//! connections are subscribed to which address, and the notifier that tells them when a feed
+//! grew or an address was deleted.
+//!
+//! Items (single table):
+//! - a subscription, `pk = A#{address}`, `sk = W#{connection}`: `conn`, `ttl`. In the address's
+//!   partition, so the address's purge removes it with everything else;
+//! - the address's subscription counter, `pk = A#{address}`, `sk = WN`: `epoch`, moved by every
+//!   subscribe, so that two subscribes racing past the cap of 20 sockets cannot both commit
+//!   (optimistic concurrency: each transaction is conditioned on the epoch it read);
+//! - a connection, `pk = W#{connection}`, `sk = W`: `addrs` (its addresses, a string set of at
+//!   most 20, the condition of each subscribe), `ttl`; `$disconnect` reads it to remove the
+//!   connection's subscriptions.
+//!
+//! Every item carries a TTL a little past the longest connection API Gateway keeps (2 hours):
+//! `$disconnect` is best-effort, and a subscription whose `$disconnect` never came is forgotten
+//! by then (and skipped as soon as its TTL passes, before DynamoDB deletes it).
+//!
+//! The notifier runs in the appending function, after the commit ([`DynamoStore::with_sockets`]):
+//! one strongly consistent Query of the address's subscriptions (half a read unit when there are
+//! none), then one `PostToConnection` per subscriber, concurrently. A subscription is written
+//! before its `subscribed` answer reads the feed's head, and the notifier's Query runs after
+//! the append's commit, so every append after that head finds the subscription: none is missed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+};
+
+use crate::capacity::Tally;
+use crate::domain::Millis;
+use crate::item::*;
+use crate::store::{StoreError, StoreResult};
+use crate::DynamoStore;
+
+/// Sockets subscribed to one address at once.
+pub const MAX_SOCKETS_PER_ADDRESS: usize = 20;
+/// Addresses one socket may subscribe to.
+pub const MAX_SUBSCRIPTIONS: usize = 20;
+/// How long past its connection's start a subscription is kept at most: API Gateway closes every
+/// connection after 2 hours, plus a margin.
+pub const SUBSCRIPTION_LIFETIME: Duration = Duration::from_secs(2 * 3600 + 10 * 60);
+
+fn sub_sk(connection_id: &str) -> String {
+    format!("W#{connection_id}")
+}
+
+fn conn_pk(connection_id: &str) -> String {
+    format!("W#{connection_id}")
+}
+
+const CONN_SK: &str = "W";
+const COUNTER_SK: &str = "WN";
+
+/// What a subscribe did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subscribed {
+    /// The connection is subscribed (again, if it was).
+    Yes,
+    /// The connection holds [`MAX_SUBSCRIPTIONS`] other addresses.
+    ConnectionFull,
+    /// [`MAX_SOCKETS_PER_ADDRESS`] other connections are subscribed to the address.
+    AddressFull,
+}
+
+/// Why a post to a connection failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PostError {
+    /// API Gateway answered 410: the connection is gone.
+    Gone,
+    /// Anything else (throttling that outlasted the back-off included).
+    Failed(String),
+}
+
+/// Sends frames to connections: API Gateway's Management API in the functions
+/// (`agentaddress-functions`), anything that records them in tests.
+#[async_trait::async_trait]
+pub trait ConnectionPoster: std::fmt::Debug + Send + Sync {
+    async fn post(&self, connection_id: &str, frame: &[u8]) -> Result<(), PostError>;
+}
+
+impl DynamoStore {
+    /// Tells the address's subscribed sockets, after every commit that appends to a feed or
+    /// deletes an address, through `poster` (module docs).
+    pub fn with_sockets(mut self, poster: Arc<dyn ConnectionPoster>) -> Self {
+        self.sockets = Some(poster);
+        self
+    }
+
+    /// Subscribes `connection_id` to `address_id` until `until` (the connection's start plus
+    /// [`SUBSCRIPTION_LIFETIME`]). The caller has checked the read token.
+    pub async fn subscribe_socket(
+        &self,
+        address_id: &str,
+        connection_id: &str,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<Subscribed> {
+        let ttl = n(ttl_secs(until));
+        for _ in 0..8 {
+            let counter = self
+                .get(address_id, COUNTER_SK.into())
+                .await?
+                .map(|item| get_u(&item, "epoch"));
+            let subscribers = self.live_subscribers(address_id, now).await?;
+            let already = subscribers.iter().any(|c| c == connection_id);
+            if !already && subscribers.len() >= MAX_SOCKETS_PER_ADDRESS {
+                return Ok(Subscribed::AddressFull);
+            }
+            let epoch = counter.unwrap_or(0);
+            let counter_update = {
+                let mut u = Update::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
+                    .update_expression("SET epoch = :next, #ttl = :ttl")
+                    .expression_attribute_names("#ttl", "ttl")
+                    .expression_attribute_values(":next", n(epoch + 1))
+                    .expression_attribute_values(":ttl", ttl.clone());
+                u = match counter {
+                    Some(_) => u
+                        .condition_expression("epoch = :seen")
+                        .expression_attribute_values(":seen", n(epoch)),
+                    None => u.condition_expression("attribute_not_exists(epoch)"),
+                };
+                u.build().map_err(build_err)?
+            };
+            let sub = Put::builder()
+                .table_name(&self.table)
+                .item("pk", s(pk(address_id)))
+                .item("sk", s(sub_sk(connection_id)))
+                .item("conn", s(connection_id))
+                .item("ttl", ttl.clone())
+                .build()
+                .map_err(build_err)?;
+            let conn = Update::builder()
+                .table_name(&self.table)
+                .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
+                .update_expression("ADD addrs :a SET #ttl = :ttl")
+                .condition_expression(
+                    "attribute_not_exists(addrs) OR size(addrs) < :max OR contains(addrs, :id)",
+                )
+                .expression_attribute_names("#ttl", "ttl")
+                .expression_attribute_values(":a", AttributeValue::Ss(vec![address_id.into()]))
+                .expression_attribute_values(":id", s(address_id))
+                .expression_attribute_values(":max", n(MAX_SUBSCRIPTIONS))
+                .expression_attribute_values(":ttl", ttl.clone())
+                .build()
+                .map_err(build_err)?;
+            let result = self
+                .client
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().update(counter_update).build())
+                .transact_items(TransactWriteItem::builder().put(sub).build())
+                .transact_items(TransactWriteItem::builder().update(conn).build())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .tally(&self.metrics);
+            match result {
+                Ok(_) => return Ok(Subscribed::Yes),
+                Err(e) => {
+                    use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+                    let reasons = match e.as_service_error() {
+                        Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                            c.cancellation_reasons().to_vec()
+                        }
+                        _ => return Err(sdk_err("TransactWriteItems subscribe", e)),
+                    };
+                    let failed = |i: usize| {
+                        reasons
+                            .get(i)
+                            .and_then(|r| r.code())
+                            .is_some_and(|c| c == "ConditionalCheckFailed")
+                    };
+                    if failed(2) {
+                        return Ok(Subscribed::ConnectionFull);
+                    }
+                    // The counter moved (another subscribe) or a transaction conflict: again.
+                }
+            }
+        }
+        Err(StoreError::Unavailable(
+            "subscribe: too many concurrent subscribes".into(),
+        ))
+    }
+
+    /// Ends `connection_id`'s subscription to `address_id` (nothing if there is none).
+    pub async fn unsubscribe_socket(
+        &self,
+        address_id: &str,
+        connection_id: &str,
+    ) -> StoreResult<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(address_id), sub_sk(connection_id))))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("DeleteItem subscription", e))?;
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
+            .update_expression("DELETE addrs :a")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":a", AttributeValue::Ss(vec![address_id.into()]))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map(|_| ())
+            .or_else(|e| {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                    _ => Err(sdk_err("UpdateItem connection", e)),
+                }
+            })
+    }
+
+    /// Removes everything of `connection_id` (its `$disconnect`); the addresses it was
+    /// subscribed to.
+    pub async fn drop_connection(&self, connection_id: &str) -> StoreResult<Vec<String>> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("DeleteItem connection", e))?;
+        let addresses: Vec<String> = out
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get("addrs"))
+            .and_then(|v| v.as_ss().ok())
+            .cloned()
+            .unwrap_or_default();
+        for address_id in &addresses {
+            self.forget_subscription(address_id, connection_id).await?;
+        }
+        Ok(addresses)
+    }
+
+    async fn forget_subscription(&self, address_id: &str, connection_id: &str) -> StoreResult<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(address_id), sub_sk(connection_id))))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map(|_| ())
+            .map_err(|e| sdk_err("DeleteItem subscription", e))
+    }
+
+    /// The connections subscribed to `address_id` whose subscription has not expired at `now`
+    /// (strongly consistent: a subscription committed before this call is among them).
+    pub async fn live_subscribers(&self, address_id: &str, now: Millis) -> StoreResult<Vec<String>> {
+        let now_secs = now.div_euclid(1000);
+        Ok(self
+            .items_with_prefix(
+                address_id,
+                "W#",
+                "conn, #ttl",
+                &[("#ttl", "ttl")],
+                "Query subscriptions",
+            )
+            .await?
+            .iter()
+            .filter(|item| get_i(item, "ttl").is_none_or(|t| t > now_secs))
+            .filter_map(|item| get_s(item, "conn"))
+            .collect())
+    }
+
+    /// Tells the sockets subscribed to `address_id` (if this store has a poster): `notify`
+    /// with `last_sequence`, or `gone` when `last_sequence` is `None` (the address was
+    /// deleted). Never fails: the commit it follows stands; a failure is logged, a connection
+    /// API Gateway calls gone is unsubscribed.
+    pub(crate) async fn tell_sockets(&self, address_id: &str, last_sequence: Option<u64>, now: Millis) {
+        let Some(poster) = self.sockets.as_deref() else {
+            return;
+        };
+        let subscribers = match self.live_subscribers(address_id, now).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(%address_id, error = %e, "cannot read the address's sockets");
+                return;
+            }
+        };
+        if subscribers.is_empty() {
+            return;
+        }
+        let frame = match last_sequence {
+            Some(seq) => serde_json::json!({"type": "notify", "address_id": address_id, "last_sequence": seq}),
+            None => serde_json::json!({"type": "gone", "address_id": address_id}),
+        }
+        .to_string();
+        let posts = subscribers.iter().map(|conn| {
+            let frame = frame.as_bytes();
+            async move { (conn, poster.post(conn, frame).await) }
+        });
+        for (conn, outcome) in futures::future::join_all(posts).await {
+            match outcome {
+                Ok(()) => {
+                    if last_sequence.is_none() {
+                        let _ = self.forget_subscription(address_id, conn).await;
+                    }
+                }
+                Err(PostError::Gone) => {
+                    tracing::info!(%address_id, connection_id = %conn, "socket gone: unsubscribed");
+                    if let Err(e) = self.forget_subscription(address_id, conn).await {
+                        tracing::warn!(%address_id, error = %e, "cannot unsubscribe a gone socket");
+                    }
+                }
+                Err(PostError::Failed(why)) => {
+                    tracing::warn!(%address_id, connection_id = %conn, error = %why, "cannot tell a socket");
+                }
+            }
+        }
+    }
+}
+
+fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
+    StoreError::Internal(format!("request: {e}"))
+}
