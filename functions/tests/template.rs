@@ -240,3 +240,98 @@ fn every_function_and_dead_letter_queue_has_an_alarm() {
         );
     }
 }
+
+/// The wake-up socket (docs/API.md §17): a WebSocket API whose `$connect`, `$disconnect` and
+/// `$default` routes run the `ws` function (two-way on `$default`), whose `ping` route is
+/// answered by a mock integration, and whose connections only the functions that append may
+/// post to, on this API's stage alone.
+#[test]
+fn socket_api_routes_and_notifier_permissions() {
+    let t = template();
+    let r = &t["Resources"];
+    assert_eq!(s(&r["SocketApi"]["Type"]), "AWS::ApiGatewayV2::Api");
+    assert_eq!(s(&r["SocketApi"]["Properties"]["ProtocolType"]), "WEBSOCKET");
+    assert_eq!(
+        s(&r["SocketApi"]["Properties"]["RouteSelectionExpression"]),
+        "$request.body.action"
+    );
+    assert_eq!(s(&r["WsFunction"]["Metadata"]["BuildProperties"]["Binary"]), "ws");
+    let uri = serde_norway::to_string(&r["SocketIntegration"]["Properties"]["IntegrationUri"])
+        .expect("yaml");
+    assert!(uri.contains("${WsFunction.Arn}"), "{uri}");
+    assert_eq!(
+        s(&r["SocketIntegration"]["Properties"]["IntegrationType"]),
+        "AWS_PROXY"
+    );
+    let routes: BTreeMap<String, (String, String)> = r
+        .as_mapping()
+        .expect("Resources")
+        .iter()
+        .filter(|(_, v)| s(&v["Type"]) == "AWS::ApiGatewayV2::Route")
+        .map(|(name, v)| {
+            let p = &v["Properties"];
+            let target = serde_norway::to_string(&p["Target"]).expect("yaml");
+            (
+                s(&p["RouteKey"]),
+                (s(name), target + &s(&p["RouteResponseSelectionExpression"])),
+            )
+        })
+        .collect();
+    let keys: BTreeSet<&str> = routes.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        BTreeSet::from(["$connect", "$disconnect", "$default", "ping"])
+    );
+    for key in ["$connect", "$disconnect", "$default"] {
+        assert!(routes[key].1.contains("${SocketIntegration}"), "{key}");
+    }
+    assert!(routes["ping"].1.contains("${SocketPingIntegration}"));
+    assert_eq!(
+        s(&r["SocketPingIntegration"]["Properties"]["IntegrationType"]),
+        "MOCK"
+    );
+    let pong = serde_norway::to_string(&r["SocketPingIntegrationResponse"]).expect("yaml");
+    assert!(pong.contains(r#"{"type": "pong"}"#), "{pong}");
+    // Two-way routes have a route response.
+    for (key, route) in [("$default", "SocketDefaultRoute"), ("ping", "SocketPingRoute")] {
+        assert!(routes[key].1.ends_with("$default"), "{key} is two-way");
+        let has_response = r.as_mapping().expect("Resources").values().any(|v| {
+            s(&v["Type"]) == "AWS::ApiGatewayV2::RouteResponse"
+                && serde_norway::to_string(&v["Properties"]["RouteId"])
+                    .expect("yaml")
+                    .contains(route)
+        });
+        assert!(has_response, "{route} has a route response");
+    }
+    let permission = serde_norway::to_string(&r["WsPermission"]).expect("yaml");
+    assert!(permission.contains("apigateway.amazonaws.com") && permission.contains("${SocketApi}"));
+    // The notifier may post to this API's connections only.
+    let policy = serde_norway::to_string(&r["SocketNotifierPolicy"]).expect("yaml");
+    assert!(policy.contains("execute-api:ManageConnections"));
+    assert!(policy.contains("${SocketApi}/live/POST/@connections/*"), "{policy}");
+    for function in [
+        "AddressFunction",
+        "InboxFunction",
+        "EventsFunction",
+        "StateFunction",
+        "RequestsFunction",
+        "McpFunction",
+        "OutboundFunction",
+        "SendFunction",
+        "EmailFunction",
+        "EmailApiFunction",
+    ] {
+        let policies = serde_norway::to_string(&r[function]["Properties"]["Policies"]).expect("yaml");
+        assert!(
+            policies.contains("SocketNotifierPolicy"),
+            "{function} appends, so it tells the sockets"
+        );
+    }
+    let env = &t["Globals"]["Function"]["Environment"]["Variables"];
+    for var in ["AGENTADDRESS_WS_URL", "AGENTADDRESS_WS_MANAGEMENT_URL"] {
+        let v = serde_norway::to_string(&env[var]).expect("yaml");
+        assert!(v.contains("${SocketApi}") && v.contains("/live"), "{var}: {v}");
+    }
+    let out = serde_norway::to_string(&t["Outputs"]["SocketUrl"]).expect("yaml");
+    assert!(out.contains("wss://${SocketApi}"), "{out}");
+}
