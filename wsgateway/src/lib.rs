@@ -17,8 +17,11 @@
 //!   payloads ... rejects it and disconnects the client with code 1003" (Binary media types for
 //!   WebSocket APIs); so does this emulator.
 //! - Quotas (Quotas for configuring and running a WebSocket in API Gateway): a frame over 32 KB
-//!   or a message over 128 KB closes with 1009; idle timeout (10 min without a client message)
-//!   and connection duration (2 h) are flags. Those closes, `DELETE @connections` and shutdown
+//!   or a message over 128 KB closes with 1009; idle timeout (10 min) and connection duration
+//!   (2 h) are flags. A message either way resets the idle timer (services that keep AWS
+//!   connections open send server-to-client keep-alives, so posts count); WebSocket ping
+//!   frames do not (AWS documents nothing either way: clients should send a message, e.g.
+//!   `{"action": "ping"}`). `lastActiveAt` is the last client message. Those closes, `DELETE @connections` and shutdown
 //!   send 1001 ("Going away"): AWS documents no code for them, 1001 is this emulator's choice.
 //!   Posted messages over 32 KB are sent as 32 KB fragments, as the quotas page says AWS does.
 //! - `$disconnect` is invoked (best effort, answer ignored) after every connection that
@@ -34,6 +37,22 @@
 //!   the body is `{"message"}`.
 //! - Test controls: `GET /__wsgateway/connections` (live ids), `POST /__wsgateway/throttle`
 //!   `{"posts": N}` (the next N posts answer 429), `GET /__wsgateway/stats` (counters).
+//!
+//! # Running it
+//! ```text
+//! agentaddress-wsgateway --listen 127.0.0.1:0 --invoke-url http://127.0.0.1:9000 \
+//!     [--function ws] [--stage local] [--api-id local] [--route-selection-field action] \
+//!     [--mock-route 'ping={"type":"pong"}' ...] [--idle-timeout-seconds 600] \
+//!     [--max-connection-seconds 7200]
+//! ```
+//! Once bound it prints one line, `wsgateway listening on http://HOST:PORT`, to stdout
+//! (logs go to stderr, `RUST_LOG` filters them). Clients connect to `ws://HOST:PORT/{stage}`;
+//! the functions' `aws-sdk-apigatewaymanagement` client takes the endpoint
+//! `http://HOST:PORT/{stage}` (e.g. `AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI`), any region
+//! and any credentials. SIGTERM or Ctrl-C closes every socket (1001), waits for their
+//! `$disconnect` (10 s at most) and exits 0. A wrong stage or path answers 403
+//! `{"message": "Forbidden"}`, as API Gateway does for a route it does not have. The tests
+//! (`wsgateway/tests/gateway.rs`) run it against a small Invoke API that records events.
 //!
 //! # The events
 //! Built as `aws_lambda_events::apigw::ApiGatewayWebsocketProxyRequest` and serialised by that
@@ -501,7 +520,7 @@ async fn upgrade(
             }
             Err(e) => {
                 tracing::warn!(connection = %ctx.id, "upgrade failed: {e}");
-                disconnect(&gw, &ctx, 1006, "Connection was closed abnormally").await;
+                disconnect(&gw, &ctx, 1006, ABNORMAL).await;
             }
         }
     });
@@ -525,6 +544,16 @@ fn hex24() -> String {
 
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
+const GOING_AWAY: &str = "Going away";
+const ABNORMAL: &str = "Connection was closed abnormally";
+
+/// How a connection ended: closed or lost by the peer (nothing left to send), or closed by
+/// the gateway with a code (and, after a refused frame, its rest read away).
+enum End {
+    Peer(u16, String),
+    Gateway(u16, &'static str, bool),
+}
+
 /// Serves one accepted connection; returns the close code and reason for `$disconnect`.
 async fn run(gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws) -> (u16, String) {
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -544,7 +573,7 @@ async fn run(gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws) -> (u16, String) {
     let mut idle_at = Instant::now() + idle;
     let end_at = Instant::now() + Duration::from_secs(gw.config.max_connection_seconds);
     let mut shutdown = gw.shutdown.clone();
-    let (code, reason, drain_raw) = loop {
+    let end = loop {
         tokio::select! {
             frame = ws.next() => match frame {
                 Some(Ok(Message::Text(text))) => {
@@ -554,61 +583,61 @@ async fn run(gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws) -> (u16, String) {
                     let _ = work.send(text.to_string());
                 }
                 Some(Ok(Message::Binary(_))) => {
-                    break (1003, "Binary frames are not supported".to_string(), false);
+                    break End::Gateway(1003, "Binary frames are not supported", false);
                 }
+                // tungstenite answers pings itself; control frames do not count as activity.
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 Some(Ok(Message::Close(frame))) => {
                     // tungstenite has queued the reply; polling on sends it.
                     let _ = tokio::time::timeout(Duration::from_secs(2), ws.next()).await;
-                    let (code, reason) = frame.map_or((1005, "Client-side close frame status not set".to_string()),
-                        |f| (u16::from(f.code), f.reason.to_string()));
-                    lock(&gw.conns).remove(&ctx.id);
-                    drop(work);
-                    let _ = worker.await;
-                    return (code, reason);
+                    break match frame {
+                        Some(f) => End::Peer(u16::from(f.code), f.reason.to_string()),
+                        None => End::Peer(1005, "Client-side close frame status not set".into()),
+                    };
                 }
                 Some(Err(tungstenite::Error::Capacity(e))) => {
                     tracing::info!(connection = %ctx.id, "closing: {e}");
-                    break (1009, "Message too big".to_string(), true);
+                    break End::Gateway(1009, "Message too big", true);
                 }
                 Some(Err(e)) => {
                     tracing::info!(connection = %ctx.id, "connection lost: {e}");
-                    lock(&gw.conns).remove(&ctx.id);
-                    drop(work);
-                    let _ = worker.await;
-                    return (1006, "Connection was closed abnormally".to_string());
+                    break End::Peer(1006, ABNORMAL.into());
                 }
-                None => {
-                    lock(&gw.conns).remove(&ctx.id);
-                    drop(work);
-                    let _ = worker.await;
-                    return (1006, "Connection was closed abnormally".to_string());
-                }
+                None => break End::Peer(1006, ABNORMAL.into()),
             },
             Some(out) = rx.recv() => match out {
                 Out::Frame(message) => {
+                    // Traffic either way keeps a connection from idling out.
+                    idle_at = Instant::now() + idle;
                     if let Err(e) = send_fragmented(&mut ws, message).await {
                         tracing::info!(connection = %ctx.id, "send failed: {e}");
-                        lock(&gw.conns).remove(&ctx.id);
-                        drop(work);
-                        let _ = worker.await;
-                        return (1006, "Connection was closed abnormally".to_string());
+                        break End::Peer(1006, ABNORMAL.into());
                     }
                 }
-                Out::Close(code, reason) => break (code, reason.to_string(), false),
+                Out::Close(code, reason) => break End::Gateway(code, reason, false),
             },
-            _ = tokio::time::sleep_until(idle_at) => break (1001, "Going away".to_string(), false),
-            _ = tokio::time::sleep_until(end_at) => break (1001, "Going away".to_string(), false),
-            () = stopped(&mut shutdown) => break (1001, "Going away".to_string(), false),
+            _ = tokio::time::sleep_until(idle_at) => break End::Gateway(1001, GOING_AWAY, false),
+            _ = tokio::time::sleep_until(end_at) => break End::Gateway(1001, GOING_AWAY, false),
+            () = stopped(&mut shutdown) => break End::Gateway(1001, GOING_AWAY, false),
         }
     };
-    // The gateway closes: no more posts, then the close handshake.
+    // No more posts to this connection; messages still queued are routed (the peer closed) or
+    // dropped (the gateway closes).
     lock(&gw.conns).remove(&ctx.id);
     drop(work);
-    worker.abort();
+    let (code, reason, drain_raw) = match end {
+        End::Peer(code, reason) => {
+            let _ = worker.await;
+            return (code, reason);
+        }
+        End::Gateway(code, reason, drain_raw) => {
+            worker.abort();
+            (code, reason, drain_raw)
+        }
+    };
     let frame = CloseFrame {
         code: CloseCode::from(code),
-        reason: reason.clone().into(),
+        reason: reason.into(),
     };
     let _ = ws.close(Some(frame)).await;
     if drain_raw {
@@ -633,7 +662,7 @@ async fn run(gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws) -> (u16, String) {
         })
         .await;
     }
-    (code, reason)
+    (code, reason.to_string())
 }
 
 /// Resolves when the gateway shuts down.
@@ -810,7 +839,7 @@ async fn delete_connection(State(gw): State<Gw>, Path(id): Path<String>) -> Resp
     let Some(conn) = lock(&gw.conns).remove(&id) else {
         return gone(&gw, &id);
     };
-    let _ = conn.tx.send(Out::Close(1001, "Going away"));
+    let _ = conn.tx.send(Out::Close(1001, GOING_AWAY));
     StatusCode::NO_CONTENT.into_response()
 }
 

@@ -544,11 +544,28 @@ async fn idle_timeout_and_max_duration_close_and_disconnect() {
     lambda.wait("$disconnect", &id).await;
     gw.shutdown().await;
 
+    // Posts to the client keep it from idling out; silence closes it.
     let mut c = config(&lambda);
-    c.idle_timeout_seconds = 1;
+    c.idle_timeout_seconds = 2;
     let gw = start(c).await.unwrap();
     let (mut ws, id) = connect(gw.addr, "").await;
+    let url = format!(
+        "http://{}/local/@connections/{}",
+        gw.addr,
+        id.replace('+', "%2B").replace('/', "%2F")
+    );
+    let http = reqwest::Client::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(
+            http.post(&url).body("tick").send().await.unwrap().status(),
+            200
+        );
+        assert_eq!(next_text(&mut ws).await, "tick");
+    }
+    let silent = std::time::Instant::now();
     assert_eq!(close_code(&mut ws).await.0, CloseCode::Away);
+    assert!(silent.elapsed() >= Duration::from_millis(1500));
     let d = lambda.wait("$disconnect", &id).await;
     assert_eq!(d["requestContext"]["disconnectStatusCode"], 1001);
     gw.shutdown().await;
@@ -623,16 +640,34 @@ async fn aws_sdk_posts_and_sees_gone_exception() {
         .data(Blob::new("retried"))
         .send()
         .await;
-    match throttled {
-        Ok(_) => assert_eq!(next_text(&mut ws).await, "retried"),
-        Err(e) => assert!(
-            matches!(
-                e.into_service_error(),
-                PostToConnectionError::LimitExceededException(_)
-            ),
-            "a throttled post is LimitExceededException"
-        ),
-    }
+    assert!(throttled.is_ok(), "{throttled:?}");
+    assert_eq!(next_text(&mut ws).await, "retried");
+    assert_eq!(stats(gw.addr).await["throttled"], 1);
+    // Throttled beyond the SDK's attempts: the error is LimitExceededException.
+    reqwest::Client::new()
+        .post(format!("http://{}/__wsgateway/throttle", gw.addr))
+        .json(&json!({"posts": 10}))
+        .send()
+        .await
+        .unwrap();
+    let err = sdk
+        .post_to_connection()
+        .connection_id(&id)
+        .data(Blob::new("dropped"))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(
+        matches!(err, PostToConnectionError::LimitExceededException(_)),
+        "expected LimitExceededException, got {err:?}"
+    );
+    reqwest::Client::new()
+        .post(format!("http://{}/__wsgateway/throttle", gw.addr))
+        .json(&json!({"posts": 0}))
+        .send()
+        .await
+        .unwrap();
 
     ws.close(None).await.unwrap();
     lambda.wait("$disconnect", &id).await;
