@@ -1,6 +1,6 @@
 //! The `agentaddress` binary: `serve` runs the whole API on one port over the embedded store;
-//! `purge-worker` consumes the AWS deployment's purge queue; `create`, `handoff`, `poll`, `ack`
-//! and `state` are the command-line client (docs/CLI.md).
+//! `purge-worker` consumes the AWS deployment's purge queue; `create`, `handoff`, `poll`,
+//! `wait`, `ack` and `state` are the command-line client (docs/CLI.md).
 #![forbid(unsafe_code)]
 
 mod backup;

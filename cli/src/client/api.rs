@@ -133,6 +133,11 @@ impl Api {
         }
         let response = request.send().await.map_err(|e| self.network_error(&e))?;
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let bytes = response.bytes().await.map_err(|e| self.network_error(&e))?;
         if status.is_success() {
             if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -146,7 +151,14 @@ impl Api {
                 .with("http_status", status.as_u16().into())
             });
         }
-        Err(server_error(status, &bytes))
+        let error = server_error(status, &bytes);
+        // `Retry-After` (429, 503) for clients that retry (`wait`), when the body lacks it.
+        Err(match retry_after {
+            Some(secs) if error.get("retry_after_seconds").is_none() => {
+                error.with("retry_after_seconds", secs.into())
+            }
+            _ => error,
+        })
     }
 
     /// Downloads the bytes of a 2xx answer (at most `max_bytes`) with its `Content-Type` and
@@ -246,6 +258,10 @@ fn server_error(status: StatusCode, bytes: &[u8]) -> CliError {
         }
         None => {
             let (code, message) = match status.as_u16() {
+                429 => (
+                    "rate_limited",
+                    format!("the server (or a gateway in front of it) answered HTTP {status}; retry later"),
+                ),
                 502..=504 => (
                     "unavailable",
                     format!("the server (or a gateway in front of it) answered HTTP {status}; retry later"),

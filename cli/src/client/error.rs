@@ -26,6 +26,10 @@ pub mod exit {
     pub const CONFLICT: u8 = 6;
     /// Retry later: `rate_limited` (429), `unavailable` (503).
     pub const RETRY: u8 = 7;
+    /// `wait --timeout`: no event arrived in time (`timed_out`).
+    pub const TIMED_OUT: u8 = 8;
+    /// `wait` was interrupted (Ctrl-C, `interrupted`): the shell's code for SIGINT.
+    pub const INTERRUPTED: u8 = 130;
 }
 
 /// One failed command: the `error` object printed on stderr, and the exit code.
@@ -62,6 +66,16 @@ impl CliError {
         }
     }
 
+    /// The error's code.
+    pub fn code(&self) -> &str {
+        self.body.get("code").and_then(Value::as_str).unwrap_or("")
+    }
+
+    /// A field of the error object (e.g. `retry_after_seconds`).
+    pub fn get(&self, field: &str) -> Option<&Value> {
+        self.body.get(field)
+    }
+
     /// Adds a field to the error object (e.g. `http_status`).
     pub fn with(mut self, field: &str, value: Value) -> Self {
         self.body.insert(field.to_owned(), value);
@@ -90,6 +104,8 @@ pub const CLIENT_CODES: &[(&str, u8)] = &[
     ("bad_response", exit::OTHER),
     ("credentials_error", exit::OTHER),
     ("output_error", exit::OTHER),
+    ("timed_out", exit::TIMED_OUT),
+    ("interrupted", exit::INTERRUPTED),
 ];
 
 /// The exit code of an API error code (docs/API.md §9).

@@ -1,5 +1,5 @@
 //! The command-line client, for agents that run shell commands: `create`, `handoff`, `poll`,
-//! `ack`, `state …` and `attachment`. Credentials are saved per task in the credentials directory
+//! `wait`, `ack`, `state …` and `attachment`. Credentials are saved per task in the credentials directory
 //! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
 //! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
 //!
@@ -10,6 +10,7 @@ mod api;
 mod attachment;
 mod creds;
 mod error;
+mod wait;
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -54,6 +55,9 @@ pub enum ClientCommand {
     Handoff(HandoffArgs),
     /// Client: read TASK's events after the saved cursor (long poll with --wait).
     Poll(PollArgs),
+    /// Client: print TASK's events as they arrive, one JSON line each, from the saved cursor
+    /// on (woken by the server's socket, else by long polls); the cursor is not moved.
+    Wait(wait::WaitArgs),
     /// Client: acknowledge an event of TASK and advance the saved cursor to it.
     Ack(AckArgs),
     /// Client: the durable JSON state of TASK's address.
@@ -292,6 +296,16 @@ pub fn run(command: ClientCommand) -> ExitCode {
         }
     };
     let mut secret = None;
+    // `wait` prints each event as it arrives, not one answer at the end.
+    let command = match command {
+        ClientCommand::Wait(args) => {
+            return match runtime.block_on(wait::wait(args, &mut secret)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => e.report(secret.as_deref()),
+            };
+        }
+        other => other,
+    };
     let outcome = runtime.block_on(execute(command, &mut secret));
     match outcome {
         Ok(value) => {
@@ -327,6 +341,7 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
             Ok(handoff_json(&saved, &creds::path_of(&dir, &saved.task)))
         }
         ClientCommand::Poll(args) => poll(args, secret).await,
+        ClientCommand::Wait(_) => Err(CliError::new("internal", "wait runs on its own")),
         ClientCommand::Ack(args) => ack(args, secret).await,
         ClientCommand::State(args) => state(args, secret).await,
         ClientCommand::Attachment(args) => attachment::attachment(args, secret).await,
@@ -744,6 +759,8 @@ mod tests {
         assert_eq!(x("revision_conflict"), 6);
         assert_eq!(x("task_exists"), 6);
         assert_eq!(x("rate_limited"), 7);
+        assert_eq!(x("timed_out"), 8);
+        assert_eq!(x("interrupted"), 130);
         assert_eq!(x("internal"), 1);
         assert_eq!(x("request_timeout"), 1);
         assert_eq!(x("no_such_code"), 1);
