@@ -11,6 +11,7 @@ pub mod email;
 pub mod mcp;
 pub mod requests;
 pub mod scenarios;
+pub mod sockets;
 pub mod sse;
 pub mod verification;
 
