@@ -36,6 +36,16 @@ pub struct Delays {
     pub errors: usize,
 }
 
+/// From when a sample's delay is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    /// The producer got its 2xx (serve: the wake-up follows the commit's answer).
+    Answer,
+    /// The producer sent the request (the Lambda stack: the appending function tells the
+    /// sockets before it answers).
+    Request,
+}
+
 /// Delivers `samples` events of `event_type` round-robin over `addresses` at
 /// [`DELIVERIES_PER_S`]; `arrivals` reports (address index, moment) as the waiters see them.
 pub async fn delivery_delays(
@@ -43,6 +53,7 @@ pub async fn delivery_delays(
     samples: usize,
     event_type: &str,
     arrivals: &mut mpsc::UnboundedReceiver<(usize, Instant)>,
+    since: Since,
 ) -> Result<Delays, String> {
     let gap = Duration::from_micros(1_000_000 / DELIVERIES_PER_S);
     let mut sent: HashMap<usize, Instant> = HashMap::new();
@@ -59,6 +70,7 @@ pub async fn delivery_delays(
         let i = (n * step) % addresses.len();
         tokio::time::sleep_until(next).await;
         next += gap;
+        let started = Instant::now();
         let r = producer
             .post(&addresses[i].inbox)
             .json(&json!({"type": event_type, "data": {"n": n}}))
@@ -66,7 +78,13 @@ pub async fn delivery_delays(
             .await;
         match r {
             Ok(r) if r.status() == 202 => {
-                sent.insert(i, Instant::now());
+                sent.insert(
+                    i,
+                    match since {
+                        Since::Answer => Instant::now(),
+                        Since::Request => started,
+                    },
+                );
             }
             _ => errors += 1,
         }

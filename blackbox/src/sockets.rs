@@ -128,7 +128,10 @@ pub async fn every_append_is_covered_under_16_writers(c: &Client, d: Deployment)
         .await
         .expect_status(202, "deliver");
     let f = next(&mut ws).await.unwrap_or_default();
-    assert_eq!(f, json!({"type": "notify", "address_id": a.id, "last_sequence": 166}));
+    assert_eq!(
+        f,
+        json!({"type": "notify", "address_id": a.id, "last_sequence": 166})
+    );
 }
 
 /// A wrong token and an unknown address get the same answer, revealing nothing; deleting the

@@ -82,7 +82,10 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
     let state = &sockets.state;
     let Some(signal) = state.store.feed_signal() else {
         let _ = socket
-            .send(text(&protocol::error("not_supported", "No wake-up signal here.")))
+            .send(text(&protocol::error(
+                "not_supported",
+                "No wake-up signal here.",
+            )))
             .await;
         return;
     };

@@ -98,17 +98,13 @@ pub async fn run_ws() -> Result<(), Error> {
     let handler = Arc::new((store, state));
     metrics_cloudwatch_embedded::lambda::service::run(
         crate::init_metrics()?,
-        lambda_runtime::service_fn(
-            move |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
-                let handler = Arc::clone(&handler);
-                async move {
-                    let (store, state) = handler.as_ref();
-                    Ok::<_, Error>(
-                        ws_event(store, state, event.payload, SystemClock.now()).await,
-                    )
-                }
-            },
-        ),
+        lambda_runtime::service_fn(move |event: LambdaEvent<ApiGatewayWebsocketProxyRequest>| {
+            let handler = Arc::clone(&handler);
+            async move {
+                let (store, state) = handler.as_ref();
+                Ok::<_, Error>(ws_event(store, state, event.payload, SystemClock.now()).await)
+            }
+        }),
     )
     .await
 }
@@ -186,8 +182,7 @@ async fn frame(
             address_id,
             read_token,
         } => {
-            if let Err(refusal) = protocol::authorize(state, &address_id, &read_token, now).await
-            {
+            if let Err(refusal) = protocol::authorize(state, &address_id, &read_token, now).await {
                 return refusal;
             }
             let lifetime =

@@ -250,12 +250,18 @@ fn socket_api_routes_and_notifier_permissions() {
     let t = template();
     let r = &t["Resources"];
     assert_eq!(s(&r["SocketApi"]["Type"]), "AWS::ApiGatewayV2::Api");
-    assert_eq!(s(&r["SocketApi"]["Properties"]["ProtocolType"]), "WEBSOCKET");
+    assert_eq!(
+        s(&r["SocketApi"]["Properties"]["ProtocolType"]),
+        "WEBSOCKET"
+    );
     assert_eq!(
         s(&r["SocketApi"]["Properties"]["RouteSelectionExpression"]),
         "$request.body.action"
     );
-    assert_eq!(s(&r["WsFunction"]["Metadata"]["BuildProperties"]["Binary"]), "ws");
+    assert_eq!(
+        s(&r["WsFunction"]["Metadata"]["BuildProperties"]["Binary"]),
+        "ws"
+    );
     let uri = serde_norway::to_string(&r["SocketIntegration"]["Properties"]["IntegrationUri"])
         .expect("yaml");
     assert!(uri.contains("${WsFunction.Arn}"), "{uri}");
@@ -293,7 +299,10 @@ fn socket_api_routes_and_notifier_permissions() {
     let pong = serde_norway::to_string(&r["SocketPingIntegrationResponse"]).expect("yaml");
     assert!(pong.contains(r#"{"type": "pong"}"#), "{pong}");
     // Two-way routes have a route response.
-    for (key, route) in [("$default", "SocketDefaultRoute"), ("ping", "SocketPingRoute")] {
+    for (key, route) in [
+        ("$default", "SocketDefaultRoute"),
+        ("ping", "SocketPingRoute"),
+    ] {
         assert!(routes[key].1.ends_with("$default"), "{key} is two-way");
         let has_response = r.as_mapping().expect("Resources").values().any(|v| {
             s(&v["Type"]) == "AWS::ApiGatewayV2::RouteResponse"
@@ -308,7 +317,10 @@ fn socket_api_routes_and_notifier_permissions() {
     // The notifier may post to this API's connections only.
     let policy = serde_norway::to_string(&r["SocketNotifierPolicy"]).expect("yaml");
     assert!(policy.contains("execute-api:ManageConnections"));
-    assert!(policy.contains("${SocketApi}/live/POST/@connections/*"), "{policy}");
+    assert!(
+        policy.contains("${SocketApi}/live/POST/@connections/*"),
+        "{policy}"
+    );
     for function in [
         "AddressFunction",
         "InboxFunction",
@@ -321,7 +333,8 @@ fn socket_api_routes_and_notifier_permissions() {
         "EmailFunction",
         "EmailApiFunction",
     ] {
-        let policies = serde_norway::to_string(&r[function]["Properties"]["Policies"]).expect("yaml");
+        let policies =
+            serde_norway::to_string(&r[function]["Properties"]["Policies"]).expect("yaml");
         assert!(
             policies.contains("SocketNotifierPolicy"),
             "{function} appends, so it tells the sockets"
@@ -330,7 +343,10 @@ fn socket_api_routes_and_notifier_permissions() {
     let env = &t["Globals"]["Function"]["Environment"]["Variables"];
     for var in ["AGENTADDRESS_WS_URL", "AGENTADDRESS_WS_MANAGEMENT_URL"] {
         let v = serde_norway::to_string(&env[var]).expect("yaml");
-        assert!(v.contains("${SocketApi}") && v.contains("/live"), "{var}: {v}");
+        assert!(
+            v.contains("${SocketApi}") && v.contains("/live"),
+            "{var}: {v}"
+        );
     }
     let out = serde_norway::to_string(&t["Outputs"]["SocketUrl"]).expect("yaml");
     assert!(out.contains("wss://${SocketApi}"), "{out}");

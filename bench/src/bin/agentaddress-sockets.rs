@@ -9,6 +9,11 @@
 //!
 //! `agentaddress-sockets --agentaddress target/release/agentaddress [--sockets 10000]
 //! [--samples 2000]`
+//!
+//! `--against URL` measures a running deployment instead (the local Lambda stack:
+//! `scripts/lambda-local --prebuilt-workspace`, then `--against http://127.0.0.1:9000
+//! --sockets 20`): the sockets at the addresses' `endpoints.ws_url`, notify latency only (the
+//! sockets are held by the WebSocket API, not by a process of ours).
 #![forbid(unsafe_code)]
 
 #[path = "../procstat.rs"]
@@ -31,8 +36,11 @@ use tokio_tungstenite::tungstenite::Message;
 #[derive(Parser, Debug)]
 struct Args {
     /// The `agentaddress` binary (a release build).
-    #[arg(long)]
-    agentaddress: PathBuf,
+    #[arg(long, required_unless_present = "against", conflicts_with = "against")]
+    agentaddress: Option<PathBuf>,
+    /// A running deployment's base URL: measure its sockets' notify latency only.
+    #[arg(long, value_name = "URL")]
+    against: Option<String>,
     /// Sockets held open, one per address.
     #[arg(long, default_value_t = 10_000)]
     sockets: usize,
@@ -45,10 +53,16 @@ struct Args {
 async fn main() -> Result<(), String> {
     let args = Args::parse();
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let (mut server, base) =
-        waiters::start(&args.agentaddress, &dir.path().join("bench.db")).await?;
-    let pid = server.id().ok_or("no server pid")?;
-    println!("sockets: agentaddress at {base} (pid {pid})");
+    let (mut server, base, pid) = match (&args.agentaddress, &args.against) {
+        (_, Some(url)) => (None, url.trim_end_matches('/').to_owned(), None),
+        (Some(bin), None) => {
+            let (server, base) = waiters::start(bin, &dir.path().join("bench.db")).await?;
+            let pid = server.id().ok_or("no server pid")?;
+            (Some(server), base, Some(pid))
+        }
+        (None, None) => return Err("--agentaddress or --against".into()),
+    };
+    println!("sockets: agentaddress at {base} (pid {pid:?})");
     let http = reqwest::Client::builder()
         .tcp_nodelay(true)
         .build()
@@ -63,7 +77,21 @@ async fn main() -> Result<(), String> {
     );
 
     // Sockets: each subscribes to its address and reports every notify's arrival.
-    let ws_url = format!("{}/api/v1/ws", base.replacen("http://", "ws://", 1));
+    // The socket's URL, as the addresses' endpoints give it.
+    let first = addresses.first().ok_or("no address")?;
+    let details: Value = http
+        .get(&first.root)
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .map_err(|e| format!("GET root: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("GET root: {e}"))?;
+    let ws_url = details["endpoints"]["ws_url"]
+        .as_str()
+        .ok_or_else(|| format!("no endpoints.ws_url: {details}"))?
+        .to_owned();
     let open = Arc::new(AtomicUsize::new(0));
     let (arrivals_tx, mut arrivals) = mpsc::unbounded_channel::<(usize, Instant)>();
     let mut tasks = Vec::with_capacity(addresses.len());
@@ -100,7 +128,11 @@ async fn main() -> Result<(), String> {
                 open.fetch_sub(1, Ordering::Relaxed);
             }
         }));
-        if i % 500 == 499 {
+        if pid.is_none() {
+            // One $connect and one subscribe at a time or so: the local stack's Invoke API
+            // (cargo lambda) fails requests past its few function instances.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        } else if i % 500 == 499 {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
@@ -109,13 +141,18 @@ async fn main() -> Result<(), String> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let cpu = procstat::CpuMeter::start(pid);
-    tokio::time::sleep(Duration::from_secs(16)).await;
-    let cpu_pct = cpu.percent();
-    let (rss, _) = procstat::rss_mb(pid);
+    let (rss, cpu_pct) = match pid {
+        Some(pid) => {
+            let cpu = procstat::CpuMeter::start(pid);
+            tokio::time::sleep(Duration::from_secs(16)).await;
+            let cpu_pct = cpu.percent();
+            (procstat::rss_mb(pid).0, cpu_pct)
+        }
+        None => (0.0, 0.0),
+    };
     let held = open.load(Ordering::Relaxed);
     println!(
-        "sockets: at rest (a connection each): {held} subscribed, server RSS {rss:.1} MB, CPU {cpu_pct:.1} % over 16 s"
+        "sockets: at rest (a connection each): {held} subscribed, server RSS {rss:.1} MB, CPU {cpu_pct:.1} % over 16 s (0: not ours to measure)"
     );
 
     // Delivery delay: one producer, round-robin over the addresses, 250/s.
@@ -123,7 +160,19 @@ async fn main() -> Result<(), String> {
         histogram: h,
         missing,
         errors,
-    } = waiters::delivery_delays(&addresses, args.samples, "bench.socket", &mut arrivals).await?;
+    } = waiters::delivery_delays(
+        &addresses,
+        args.samples,
+        "bench.socket",
+        &mut arrivals,
+        // On the Lambda stack the notify is posted before the delivery is answered.
+        if pid.is_some() {
+            waiters::Since::Answer
+        } else {
+            waiters::Since::Request
+        },
+    )
+    .await?;
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
         "sockets: notify latency over {} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing, {errors} delivery errors",
@@ -140,7 +189,9 @@ async fn main() -> Result<(), String> {
     for t in &tasks {
         t.abort();
     }
-    let _ = server.kill().await;
+    if let Some(server) = server.as_mut() {
+        let _ = server.kill().await;
+    }
     if held < addresses.len() || missing > 0 || errors > 0 {
         return Err(format!(
             "{held} of {} sockets subscribed, {missing} notifies missing, {errors} delivery errors",

@@ -148,7 +148,14 @@ async fn main() -> Result<(), String> {
         histogram: h,
         missing,
         errors,
-    } = waiters::delivery_delays(&addresses, args.samples, "bench.stream", &mut arrivals).await?;
+    } = waiters::delivery_delays(
+        &addresses,
+        args.samples,
+        "bench.stream",
+        &mut arrivals,
+        waiters::Since::Answer,
+    )
+    .await?;
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
     println!(
         "streams: delivery delay over {} samples: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing, {errors} delivery errors",

@@ -121,7 +121,8 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError>
 }
 
 /// Compared against when the address is unknown, so both paths hash and compare.
-pub(crate) const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const DUMMY_HASH: &str =
+    "0000000000000000000000000000000000000000000000000000000000000000";
 
 pub(crate) fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();

@@ -135,10 +135,7 @@ pub fn unavailable() -> Value {
 }
 
 pub fn socket_full() -> Value {
-    error(
-        "quota_exceeded",
-        "A socket holds at most 20 subscriptions.",
-    )
+    error("quota_exceeded", "A socket holds at most 20 subscriptions.")
 }
 
 pub fn address_full() -> Value {
@@ -166,11 +163,21 @@ mod tests {
                 read_token: "t".into()
             })
         );
-        for bad in ["", "[]", "null", "{", r#"{"action":"dance"}"#, r#"{"action":1}"#] {
+        for bad in [
+            "",
+            "[]",
+            "null",
+            "{",
+            r#"{"action":"dance"}"#,
+            r#"{"action":1}"#,
+        ] {
             let e = parse(bad).expect_err(bad);
             assert_eq!(e["code"], "invalid_request", "{bad}");
         }
-        let big = format!(r#"{{"action":"ping","x":"{}"}}"#, "x".repeat(MAX_FRAME_BYTES));
+        let big = format!(
+            r#"{{"action":"ping","x":"{}"}}"#,
+            "x".repeat(MAX_FRAME_BYTES)
+        );
         assert_eq!(parse(&big).expect_err("big")["code"], "invalid_request");
     }
 }

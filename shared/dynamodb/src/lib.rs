@@ -111,11 +111,11 @@ pub use http::sdk_http_client;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue};
+pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 pub use sockets::{
     ConnectionPoster, PostError, Subscribed, MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS,
     SUBSCRIPTION_LIFETIME,
 };
-pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -276,7 +276,9 @@ impl DynamoStore {
         }
         match self.feed_head(id, now, true).await {
             Ok(head) => self.tell_sockets(id, Some(head), now).await,
-            Err(e) => tracing::warn!(address_id = %id, error = %e, "cannot read the feed's head for its sockets"),
+            Err(e) => {
+                tracing::warn!(address_id = %id, error = %e, "cannot read the feed's head for its sockets")
+            }
         }
     }
 
@@ -345,7 +347,9 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
-        let appended = self.append_event_impl(id, event, claim, limits, now).await?;
+        let appended = self
+            .append_event_impl(id, event, claim, limits, now)
+            .await?;
         if !appended.duplicate {
             self.tell_sockets(id, Some(appended.event.sequence), now)
                 .await;
@@ -584,9 +588,7 @@ impl Store for DynamoStore {
         limits: &Limits,
         now: Millis,
     ) -> StoreResult<StateDeleted> {
-        let deleted = self
-            .delete_state_impl(id, k, expected, limits, now)
-            .await?;
+        let deleted = self.delete_state_impl(id, k, expected, limits, now).await?;
         self.tell_sockets(id, Some(deleted.event.sequence), now)
             .await;
         Ok(deleted)

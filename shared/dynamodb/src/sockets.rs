@@ -264,7 +264,11 @@ impl DynamoStore {
 
     /// The connections subscribed to `address_id` whose subscription has not expired at `now`
     /// (strongly consistent: a subscription committed before this call is among them).
-    pub async fn live_subscribers(&self, address_id: &str, now: Millis) -> StoreResult<Vec<String>> {
+    pub async fn live_subscribers(
+        &self,
+        address_id: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
         let now_secs = now.div_euclid(1000);
         Ok(self
             .items_with_prefix(
@@ -285,7 +289,12 @@ impl DynamoStore {
     /// with `last_sequence`, or `gone` when `last_sequence` is `None` (the address was
     /// deleted). Never fails: the commit it follows stands; a failure is logged, a connection
     /// API Gateway calls gone is unsubscribed.
-    pub(crate) async fn tell_sockets(&self, address_id: &str, last_sequence: Option<u64>, now: Millis) {
+    pub(crate) async fn tell_sockets(
+        &self,
+        address_id: &str,
+        last_sequence: Option<u64>,
+        now: Millis,
+    ) {
         let Some(poster) = self.sockets.as_deref() else {
             return;
         };
