@@ -179,6 +179,67 @@ pub async fn wrong_token_learns_nothing_and_deletion_says_gone(c: &Client) {
     assert_eq!(next(&mut ws).await.unwrap_or_default()["type"], "gone");
 }
 
+/// An address that expires (`expires_in_seconds: 60`) says `gone` to each of its two
+/// subscribed sockets: not before it expires, and at most `within` after; then its feed
+/// answers 410 and subscribing again says `gone`.
+pub async fn expiry_says_gone(c: &Client, within: Duration) {
+    let created = Instant::now();
+    let a = c
+        .create_address(&json!({"name": "blackbox", "expires_in_seconds": 60}))
+        .await;
+    let expires = created + Duration::from_secs(60);
+    let url = ws_url(&a);
+    let mut sockets = Vec::new();
+    for _ in 0..2 {
+        let mut ws = connect(&url).await;
+        send(&mut ws, subscribe(&a, 0)).await;
+        let f = next(&mut ws).await.unwrap_or_default();
+        assert_eq!(f["type"], "subscribed", "{f}");
+        sockets.push(ws);
+    }
+    // A subscribe of a socket already subscribed changes nothing.
+    send(&mut sockets[0], subscribe(&a, 0)).await;
+    assert_eq!(
+        next(&mut sockets[0]).await.unwrap_or_default()["type"],
+        "subscribed"
+    );
+    let deadline = expires + within;
+    let told = sockets.into_iter().map(|mut ws| {
+        let id = a.id.clone();
+        async move {
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let frame = tokio::time::timeout(left, ws.next())
+                    .await
+                    .unwrap_or_else(|_| panic!("no gone within {within:?} of the expiry"));
+                match frame {
+                    Some(Ok(Message::Text(t))) => {
+                        let f: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+                        assert_eq!(f, json!({"type": "gone", "address_id": id}));
+                        // Never before it expires (a second's slack for the server's clock).
+                        assert!(
+                            Instant::now() + Duration::from_secs(1) >= expires,
+                            "gone {:?} before the expiry",
+                            expires - Instant::now()
+                        );
+                        return ws;
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                    other => panic!("the socket ended before gone: {other:?}"),
+                }
+            }
+        }
+    });
+    let mut sockets = futures::future::join_all(told).await;
+    let page = c.events(&a, "after=0").await;
+    assert_eq!(page.status, 410, "{}", page.json);
+    send(&mut sockets[0], subscribe(&a, 0)).await;
+    assert_eq!(
+        next(&mut sockets[0]).await.unwrap_or_default(),
+        json!({"type": "gone", "address_id": a.id})
+    );
+}
+
 /// 20 sockets per address (a place frees when one closes) and 20 addresses per socket.
 pub async fn sockets_and_subscriptions_are_capped(c: &Client) {
     let a = c.new_address().await;

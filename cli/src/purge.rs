@@ -47,6 +47,10 @@ async fn work(args: PurgeArgs) -> ExitCode {
     if let Some(bucket) = args.aws.email_bucket_with(&sdk) {
         store = store.with_email_bucket(bucket);
     }
+    // An expiry watch that falls due tells the address's sockets `gone`.
+    if let Some(poster) = args.aws.socket_poster_with(&sdk) {
+        store = store.with_sockets(poster);
+    }
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     tracing::info!(queue = %queue_url, table = %args.aws.table, "purge worker started");
     loop {

@@ -49,6 +49,13 @@ async fn a_wrong_token_learns_nothing_and_deletion_says_gone() {
     sockets::wrong_token_learns_nothing_and_deletion_says_gone(&Client::new(&s.base)).await;
 }
 
+/// `serve` checks the subscribed addresses' liveness every 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_says_gone() {
+    let s = server().await;
+    sockets::expiry_says_gone(&Client::new(&s.base), Duration::from_secs(32)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sockets_and_subscriptions_are_capped() {
     let s = server().await;

@@ -150,7 +150,7 @@ async fn store_and_sdk(
         None => store,
     };
     // After each append, the subscribed wake-up sockets are told (docs/API.md §17).
-    if let Some(poster) = sockets::ApiGatewayPoster::from_env(&sdk) {
+    if let Some(poster) = aws.socket_poster_with(&sdk) {
         store = store.with_sockets(poster);
     }
     Ok((store, sdk))

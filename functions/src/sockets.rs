@@ -1,99 +1,29 @@
 //! The wake-up socket on AWS (docs/API.md §17): the `ws` function, which answers the frames
-//! API Gateway's WebSocket API hands it, and the poster every appending function tells the
-//! subscribed sockets through (`PostToConnection` of API Gateway's Management API).
+//! API Gateway's WebSocket API hands it. The appending functions tell the subscribed sockets
+//! through agentaddress-dynamodb's `ApiGatewayPoster`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::socket::{self as protocol, ClientFrame};
 use agentaddress_api::AppState;
 use agentaddress_core::domain::{Clock, Millis, SystemClock};
-use agentaddress_dynamodb::{ConnectionPoster, DynamoStore, PostError, Subscribed};
+use agentaddress_dynamodb::{DynamoStore, Subscribed};
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use aws_lambda_events::encodings::Body;
-use aws_sdk_apigatewaymanagement::operation::post_to_connection::PostToConnectionError;
-use aws_sdk_apigatewaymanagement::primitives::Blob;
 use lambda_runtime::LambdaEvent;
 
 use crate::Error;
 
-/// The Management API's endpoint: `https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`
-/// (the template sets it). Unset: the functions tell no sockets.
-pub const MANAGEMENT_URL_VAR: &str = "AGENTADDRESS_WS_MANAGEMENT_URL";
-
-/// Posts through API Gateway's Management API. A 429 (`LimitExceededException`) is retried
-/// after 50, 100 and 200 ms; a 410 (`GoneException`) is [`PostError::Gone`].
-#[derive(Debug)]
-pub struct ApiGatewayPoster {
-    client: aws_sdk_apigatewaymanagement::Client,
-}
-
-/// Back-off of a throttled post: these waits, then the post is given up (the client's next
-/// `notify` or its reconnect covers what it missed: the feed holds everything).
-const THROTTLED_WAITS: [Duration; 3] = [
-    Duration::from_millis(50),
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-];
-
-impl ApiGatewayPoster {
-    pub fn new(sdk: &agentaddress_dynamodb::SdkConfig, endpoint: &str) -> Self {
-        let config = aws_sdk_apigatewaymanagement::config::Builder::from(sdk)
-            .endpoint_url(endpoint)
-            // Its own back-off below; the SDK's would also retry what it cannot tell from a
-            // lost answer (a post that arrived twice is harmless, but the wait is not).
-            .retry_config(aws_sdk_apigatewaymanagement::config::retry::RetryConfig::disabled())
-            .build();
-        Self {
-            client: aws_sdk_apigatewaymanagement::Client::from_conf(config),
-        }
-    }
-
-    /// The poster of the environment ([`MANAGEMENT_URL_VAR`]), if it names one.
-    pub fn from_env(sdk: &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn ConnectionPoster>> {
-        let url = std::env::var(MANAGEMENT_URL_VAR)
-            .ok()
-            .filter(|v| !v.is_empty())?;
-        Some(Arc::new(Self::new(sdk, &url)))
-    }
-}
-
-#[async_trait::async_trait]
-impl ConnectionPoster for ApiGatewayPoster {
-    async fn post(&self, connection_id: &str, frame: &[u8]) -> Result<(), PostError> {
-        let mut waits = THROTTLED_WAITS.iter();
-        loop {
-            let result = self
-                .client
-                .post_to_connection()
-                .connection_id(connection_id)
-                .data(Blob::new(frame))
-                .send()
-                .await;
-            let e = match result {
-                Ok(_) => return Ok(()),
-                Err(e) => e,
-            };
-            match e.as_service_error() {
-                Some(PostToConnectionError::GoneException(_)) => return Err(PostError::Gone),
-                Some(PostToConnectionError::LimitExceededException(_)) => match waits.next() {
-                    Some(wait) => tokio::time::sleep(*wait).await,
-                    None => return Err(PostError::Failed("throttled (429)".into())),
-                },
-                _ => return Err(PostError::Failed(format!("{e:?}"))),
-            }
-        }
-    }
-}
-
 /// The `ws` function: `$connect` (always taken: a socket is authorised per subscription),
 /// `$disconnect` (its subscriptions are removed) and `$default` (a client frame, answered
-/// through the route response).
+/// through the route response). A subscribe to an address that expires while subscribed starts
+/// its expiry watch on the purge queue.
 pub async fn run_ws() -> Result<(), Error> {
     crate::init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let (store, _) = crate::store_and_sdk(&service, None, None).await?;
+    // The purge queue carries the expiry watches (agentaddress-dynamodb's sockets module).
+    let (store, _) = crate::store_and_sdk(&service, None, Some(crate::PURGES)).await?;
     let state = crate::http_state(Arc::new(store.clone()), &service);
     let handler = Arc::new((store, state));
     metrics_cloudwatch_embedded::lambda::service::run(
@@ -182,9 +112,10 @@ async fn frame(
             address_id,
             read_token,
         } => {
-            if let Err(refusal) = protocol::authorize(state, &address_id, &read_token, now).await {
-                return refusal;
-            }
+            let record = match protocol::authorize(state, &address_id, &read_token, now).await {
+                Ok(record) => record,
+                Err(refusal) => return refusal,
+            };
             let lifetime =
                 Millis::try_from(agentaddress_dynamodb::SUBSCRIPTION_LIFETIME.as_millis())
                     .unwrap_or(Millis::MAX);
@@ -193,7 +124,15 @@ async fn frame(
                 .subscribe_socket(&address_id, connection_id, until, now)
                 .await
             {
-                Ok(Subscribed::Yes) => {}
+                Ok(Subscribed::Yes) => {
+                    // Its expiry is told as `gone` while the socket is subscribed.
+                    if let Err(e) = store
+                        .watch_expiry(&address_id, record.expires_at, until, now)
+                        .await
+                    {
+                        tracing::warn!(%address_id, error = %e, "cannot watch an address's expiry");
+                    }
+                }
                 Ok(Subscribed::ConnectionFull) => return protocol::socket_full(),
                 Ok(Subscribed::AddressFull) => return protocol::address_full(),
                 Err(e) => {

@@ -332,14 +332,21 @@ fn socket_api_routes_and_notifier_permissions() {
         "SendFunction",
         "EmailFunction",
         "EmailApiFunction",
+        "PurgeFunction",
     ] {
         let policies =
             serde_norway::to_string(&r[function]["Properties"]["Policies"]).expect("yaml");
         assert!(
             policies.contains("SocketNotifierPolicy"),
-            "{function} appends, so it tells the sockets"
+            "{function} appends (or handles expiry watches), so it tells the sockets"
         );
     }
+    // A subscribe starts an expiry watch: a message on the purge queue.
+    let ws = serde_norway::to_string(&r["WsFunction"]["Properties"]["Policies"]).expect("yaml");
+    assert!(
+        ws.contains("sqs:SendMessage") && ws.contains("PurgeQueue"),
+        "{ws}"
+    );
     let env = &t["Globals"]["Function"]["Environment"]["Variables"];
     for var in ["AGENTADDRESS_WS_URL", "AGENTADDRESS_WS_MANAGEMENT_URL"] {
         let v = serde_norway::to_string(&env[var]).expect("yaml");

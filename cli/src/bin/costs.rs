@@ -498,6 +498,7 @@ async fn main() {
 
     email_costs(&b, &bucket, &service, &token, &created).await;
     outbound_costs(&b.store, &service).await;
+    socket_costs(&b.store, &service).await;
 
     // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
     // poll, as in a conversation in progress where the agent polls again right after each
@@ -540,6 +541,127 @@ async fn main() {
             pct(1.0)
         );
     }
+}
+
+/// The poster of the socket rows: takes every frame (an API Gateway message each), counting
+/// them.
+#[derive(Debug, Default)]
+struct CountingPoster(AtomicU64);
+
+#[async_trait::async_trait]
+impl agentaddress_dynamodb::ConnectionPoster for CountingPoster {
+    async fn post(
+        &self,
+        _connection_id: &str,
+        _frame: &[u8],
+    ) -> Result<(), agentaddress_dynamodb::PostError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// What the wake-up socket adds on AWS (docs/API.md §17): the `ws` function's answer to a
+/// subscribe, its `$disconnect`, and what a delivery's notifier adds, with and without a
+/// subscribed socket.
+async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
+    use agentaddress_core::domain::{Clock, SystemClock};
+    use agentaddress_core::store::Store;
+    let poster = Arc::new(CountingPoster::default());
+    let store = store.clone().with_sockets(poster.clone());
+    let mut config = ApiConfig::from(service);
+    config.limits.creations_per_minute = 10_000;
+    let state = AppState::new(Arc::new(store.clone()), config.clone());
+    let b = Bench {
+        app: api::router(state.clone()),
+        store: store.clone(),
+    };
+    let posts = || poster.0.load(Ordering::Relaxed);
+    println!();
+    println!(
+        "| socket operation | DynamoDB requests | read units | write units | API Gateway messages posted | ms (local) |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let srow = |what: &str, u: CapacityUsage, d: Duration, messages: u64| {
+        println!(
+            "| {what} | {} | {:.1} | {:.1} | {messages} | {:.1} |",
+            u.requests,
+            u.read_units,
+            u.write_units,
+            d.as_secs_f64() * 1000.0
+        );
+    };
+    let mut addresses = Vec::new();
+    for _ in 0..2 {
+        let (s, created) = b
+            .call("POST", "/api/v1/addresses", None, Some(json!({})))
+            .await;
+        assert_eq!(s, 201, "{created}");
+        addresses.push((
+            created["address"]["id"].as_str().unwrap_or("").to_owned(),
+            read_token(&created),
+            path(&created["endpoints"]["inbox_url"]),
+        ));
+    }
+    let (id, token, inbox) = &addresses[0];
+    let connection = "costsConnId=";
+    let (u, d) = b
+        .measure(|| async {
+            // The `ws` function's subscribe: the token check, the subscription, the feed's head.
+            let now = SystemClock.now();
+            let record = agentaddress_api::socket::authorize(&state, id, token, now)
+                .await
+                .unwrap_or_else(|e| panic!("authorize: {e:?}"));
+            let until = now + 2 * 3_600_000;
+            let done = store
+                .subscribe_socket(id, connection, until, now)
+                .await
+                .unwrap_or_else(|e| panic!("subscribe: {e}"));
+            assert_eq!(done, agentaddress_dynamodb::Subscribed::Yes);
+            store
+                .watch_expiry(id, record.expires_at, until, now)
+                .await
+                .unwrap_or_else(|e| panic!("watch: {e}"));
+            store
+                .last_sequence(id, now)
+                .await
+                .unwrap_or_else(|e| panic!("head: {e}"));
+        })
+        .await;
+    srow("subscribe (the `ws` function)", u, d, 0);
+    let kb = "x".repeat(1000);
+    for (label, inbox) in [
+        ("inbox delivery, 1 KB, one socket subscribed", inbox),
+        (
+            "inbox delivery, 1 KB, no socket subscribed",
+            &addresses[1].2,
+        ),
+    ] {
+        let before = posts();
+        let (u, d) = b
+            .measure(|| async {
+                let (s, v) = b
+                    .call(
+                        "POST",
+                        inbox,
+                        None,
+                        Some(json!({"type": "t", "data": {"pad": kb}})),
+                    )
+                    .await;
+                assert_eq!(s, 202, "{v}");
+            })
+            .await;
+        srow(label, u, d, posts() - before);
+    }
+    let (u, d) = b
+        .measure(|| async {
+            let dropped = store
+                .drop_connection(connection)
+                .await
+                .unwrap_or_else(|e| panic!("$disconnect: {e}"));
+            assert_eq!(dropped, vec![id.clone()]);
+        })
+        .await;
+    srow("`$disconnect` (the `ws` function)", u, d, 0);
 }
 
 /// The relay of the outbound rows: takes every message (SES's `SendEmail`, priced per message

@@ -1,10 +1,14 @@
-//! The deployment's configuration: which table, which purge queue, which email bucket.
+//! The deployment's configuration: which table, which purge queue, which email bucket, which
+//! WebSocket API.
 
 use aws_config::SdkConfig;
 
 use std::sync::Arc;
 
-use crate::{DynamoStore, EmailBucket, MessageBucket, PurgeQueue, SqsPurgeQueue};
+use crate::{
+    ApiGatewayPoster, ConnectionPoster, DynamoStore, EmailBucket, MessageBucket, PurgeQueue,
+    SqsPurgeQueue,
+};
 
 /// Where the DynamoDB deployment keeps its data.
 #[derive(Debug, Clone, clap::Args)]
@@ -21,6 +25,13 @@ pub struct AwsConfig {
     /// it the email routes answer 501 `not_supported`.
     #[arg(long, env = "AGENTADDRESS_EMAIL_BUCKET")]
     pub email_bucket: Option<String>,
+
+    /// The Management API of the WebSocket API's stage
+    /// (`https://{api-id}.execute-api.{region}.amazonaws.com/{stage}`), through which the
+    /// subscribed wake-up sockets are told of appends, deletions and expiries. Without it no
+    /// socket is told.
+    #[arg(long, env = "AGENTADDRESS_WS_MANAGEMENT_URL")]
+    pub ws_management_url: Option<String>,
 }
 
 #[derive(clap::Parser)]
@@ -47,10 +58,22 @@ impl AwsConfig {
         if let Some(queue) = self.purge_queue_with(&sdk) {
             store = store.with_purge_queue(queue);
         }
+        if let Some(poster) = self.socket_poster_with(&sdk) {
+            store = store.with_sockets(poster);
+        }
         match self.email_bucket_with(&sdk) {
             Some(bucket) => store.with_email_bucket(bucket),
             None => store,
         }
+    }
+
+    /// The poster to the wake-up sockets (`None` without `AGENTADDRESS_WS_MANAGEMENT_URL`), with
+    /// a Management API client of `sdk`.
+    pub fn socket_poster_with(&self, sdk: &SdkConfig) -> Option<Arc<dyn ConnectionPoster>> {
+        self.ws_management_url
+            .as_deref()
+            .filter(|u| !u.is_empty())
+            .map(|u| Arc::new(ApiGatewayPoster::new(sdk, u)) as Arc<dyn ConnectionPoster>)
     }
 
     /// The configured purge queue (`None` without `AGENTADDRESS_PURGE_QUEUE_URL`), with an SQS

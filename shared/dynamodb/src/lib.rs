@@ -93,6 +93,7 @@ mod events;
 mod http;
 mod item;
 mod outbound;
+mod poster;
 mod purge;
 mod rate_limit;
 mod requests;
@@ -110,6 +111,7 @@ pub use email::{DOWNLOAD_LINK_TTL, INLINE_DOWNLOAD_MAX, MAX_OBJECT_BYTES};
 pub use http::sdk_http_client;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
+pub use poster::ApiGatewayPoster;
 pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue};
 pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
 pub use sockets::{

@@ -1,5 +1,6 @@
 //! Purging a deleted (or expired) address's items: the queue DELETE sends it to, one purge step,
-//! and the handler of one purge message.
+//! and the handler of one purge message. The same queue carries the wake-up sockets' expiry
+//! watches (delayed messages, [`DynamoStore::watch_expiry`]).
 
 use std::time::Duration;
 
@@ -18,8 +19,9 @@ use crate::{DynamoStore, Item};
 /// Lambda function stays without it (docs/PERFORMANCE.md, "Lambda mode").
 #[async_trait::async_trait]
 pub trait PurgeQueue: std::fmt::Debug + Send + Sync {
-    /// Sends `message`; [`StoreError::Unavailable`] when the queue did not take it.
-    async fn send(&self, message: &PurgeMessage) -> StoreResult<()>;
+    /// Sends `message`, to be received after `delay` (whole seconds, at most
+    /// [`MAX_QUEUE_DELAY`]); [`StoreError::Unavailable`] when the queue did not take it.
+    async fn send(&self, message: &PurgeMessage, delay: Duration) -> StoreResult<()>;
 }
 
 /// The SQS purge queue.
@@ -31,17 +33,22 @@ pub struct SqsPurgeQueue {
 
 #[async_trait::async_trait]
 impl PurgeQueue for SqsPurgeQueue {
-    async fn send(&self, message: &PurgeMessage) -> StoreResult<()> {
+    async fn send(&self, message: &PurgeMessage, delay: Duration) -> StoreResult<()> {
+        let delay = delay.min(MAX_QUEUE_DELAY).as_secs();
         self.client
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(message.to_body())
+            .delay_seconds(i32::try_from(delay).unwrap_or(0))
             .send()
             .await
             .map(|_| ())
             .map_err(|e| StoreError::Unavailable(format!("SendMessage: {e:?}")))
     }
 }
+
+/// The longest delay SQS gives a message (its `DelaySeconds`: 15 minutes).
+pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
 
 /// What one purge step did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,21 +222,34 @@ impl DynamoStore {
         let Some(q) = &self.purge else {
             return Ok(());
         };
-        q.send(&PurgeMessage::new(id)).await
+        q.send(&PurgeMessage::new(id), Duration::ZERO).await
     }
 }
 
-/// The body of a purge queue message: which deleted address to purge. Written by
-/// [`DynamoStore::enqueue_purge`], read by [`handle_purge_message`].
+/// The body of a purge queue message: which deleted address to purge (written by
+/// [`DynamoStore::enqueue_purge`]), or, with `expiry_watch`, which address's subscribed sockets
+/// to tell `gone` once it has expired ([`DynamoStore::watch_expiry`]). Read by
+/// [`handle_purge_message`].
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PurgeMessage {
     pub address_id: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expiry_watch: bool,
 }
 
 impl PurgeMessage {
     pub fn new(address_id: &str) -> Self {
         Self {
             address_id: address_id.to_owned(),
+            expiry_watch: false,
+        }
+    }
+
+    /// An expiry watch of `address_id`.
+    pub fn expiry_watch(address_id: &str) -> Self {
+        Self {
+            address_id: address_id.to_owned(),
+            expiry_watch: true,
         }
     }
 
@@ -249,15 +269,23 @@ impl PurgeMessage {
 
 /// Handles one purge message ([`PurgeMessage`]): deletes up to `steps` batches of the
 /// address's items and, when some remain, sends the message again so another invocation goes on.
+/// An expiry watch deletes nothing ([`DynamoStore::check_expiry`]).
 pub async fn handle_purge_message(
     store: &DynamoStore,
     body: &str,
     steps: usize,
     now: Millis,
 ) -> StoreResult<PurgeProgress> {
-    let id = PurgeMessage::parse(body)
-        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?
-        .address_id;
+    let message = PurgeMessage::parse(body)
+        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?;
+    let id = message.address_id;
+    if message.expiry_watch {
+        store.check_expiry(&id, now).await?;
+        return Ok(PurgeProgress {
+            deleted_items: 0,
+            done: true,
+        });
+    }
     let mut total = 0;
     for _ in 0..steps.max(1) {
         let step = store.purge_address(&id, 500, now).await?;
@@ -286,6 +314,12 @@ mod tests {
         let m = PurgeMessage::new("addr_x-1");
         assert_eq!(m.to_body(), r#"{"address_id":"addr_x-1"}"#);
         assert_eq!(PurgeMessage::parse(&m.to_body()), Some(m));
+        let w = PurgeMessage::expiry_watch("addr_x-1");
+        assert_eq!(
+            w.to_body(),
+            r#"{"address_id":"addr_x-1","expiry_watch":true}"#
+        );
+        assert_eq!(PurgeMessage::parse(&w.to_body()), Some(w));
         assert_eq!(
             PurgeMessage::parse(r#"{"address_id":"addr_y","extra":1}"#),
             Some(PurgeMessage::new("addr_y"))

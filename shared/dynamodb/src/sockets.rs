@@ -17,10 +17,17 @@
 //! by then (and skipped as soon as its TTL passes, before DynamoDB deletes it).
 //!
 //! The notifier runs in the appending function, after the commit ([`DynamoStore::with_sockets`]):
-//! one strongly consistent Query of the address's subscriptions (half a read unit when there are
-//! none), then one `PostToConnection` per subscriber, concurrently. A subscription is written
+//! one strongly consistent Query of the address's subscriptions (one read unit when there are
+//! none: docs/COSTS.md, "Wake-up sockets"), then one `PostToConnection` per subscriber, concurrently. A subscription is written
 //! before its `subscribed` answer reads the feed's head, and the notifier's Query runs after
 //! the append's commit, so every append after that head finds the subscription: none is missed.
+//!
+//! An address that expires says nothing when it does (its items simply stop being read), so a
+//! subscribe to an address that expires within its subscription's lifetime starts an expiry
+//! watch ([`DynamoStore::watch_expiry`]): a message on the purge queue, delayed until the expiry
+//! (by hops of at most 15 minutes, SQS's longest delay), whose handler tells the subscribed
+//! sockets `gone`. The counter item's `watch_until` (when the pending message falls due) keeps
+//! it to one watch per address however many subscribes there are.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +46,8 @@ use crate::DynamoStore;
 pub const MAX_SOCKETS_PER_ADDRESS: usize = 20;
 /// Addresses one socket may subscribe to.
 pub const MAX_SUBSCRIPTIONS: usize = 20;
+/// Tries of one subscribe that loses races with others (each round one of them commits).
+const SUBSCRIBE_ROUNDS: u32 = MAX_SOCKETS_PER_ADDRESS as u32 + 8;
 /// How long past its connection's start a subscription is kept at most: API Gateway closes every
 /// connection after 2 hours, plus a margin.
 pub const SUBSCRIPTION_LIFETIME: Duration = Duration::from_secs(2 * 3600 + 10 * 60);
@@ -99,7 +108,17 @@ impl DynamoStore {
         now: Millis,
     ) -> StoreResult<Subscribed> {
         let ttl = n(ttl_secs(until));
-        for _ in 0..8 {
+        // Each round commits at least one of the racing subscribes, and a subscribe that finds
+        // the cap reached stops: rounds for every place, with jittered waits between them.
+        for attempt in 0..SUBSCRIBE_ROUNDS {
+            if attempt > 0 {
+                crate::retry::jittered_backoff(
+                    attempt.min(4),
+                    Duration::from_millis(5),
+                    Duration::from_millis(100),
+                )
+                .await;
+            }
             let counter = self
                 .get(address_id, COUNTER_SK.into())
                 .await?
@@ -338,6 +357,124 @@ impl DynamoStore {
     }
 }
 
+impl DynamoStore {
+    /// Starts an expiry watch of `address_id` (module docs) if it expires (`expires_at`) before
+    /// `until`, the end of the subscription just made, and no watch is pending. Without a purge
+    /// queue, nothing.
+    pub async fn watch_expiry(
+        &self,
+        address_id: &str,
+        expires_at: Option<Millis>,
+        until: Millis,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let Some(at) = expires_at.filter(|at| *at < until) else {
+            return Ok(());
+        };
+        if self.purge.is_none() {
+            return Ok(());
+        }
+        let delay = delay_until(at, now);
+        let due = now.saturating_add(Millis::try_from(delay.as_millis()).unwrap_or(Millis::MAX));
+        let claimed = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
+            .update_expression("SET watch_until = :due")
+            .condition_expression("attribute_not_exists(watch_until) OR watch_until < :now")
+            .expression_attribute_values(":due", n(due))
+            .expression_attribute_values(":now", n(now))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics);
+        if let Err(e) = claimed {
+            use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+            return match e.as_service_error() {
+                // A watch is pending: it goes on while sockets are subscribed.
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
+                _ => Err(sdk_err("UpdateItem expiry watch", e)),
+            };
+        }
+        self.send_watch(address_id, delay).await
+    }
+
+    /// Handles an expiry watch of `address_id` that fell due: tells its subscribed sockets
+    /// `gone` if it is gone; else, while sockets are subscribed, watches on until it expires.
+    pub async fn check_expiry(&self, address_id: &str, now: Millis) -> StoreResult<()> {
+        // Purged: its subscriptions went with it.
+        let Some(meta) = self.meta(address_id).await? else {
+            return Ok(());
+        };
+        let record = record_from(&meta)?;
+        if record.is_gone(now) {
+            self.tell_sockets(address_id, None, now).await;
+            return Ok(());
+        }
+        // No longer expires, or nobody listens: the watch ends (a later subscribe starts one).
+        let Some(at) = record.expires_at else {
+            return Ok(());
+        };
+        if self.live_subscribers(address_id, now).await?.is_empty() {
+            return Ok(());
+        }
+        let delay = delay_until(at, now);
+        let due = now.saturating_add(Millis::try_from(delay.as_millis()).unwrap_or(Millis::MAX));
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
+            .update_expression("SET watch_until = :due")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":due", n(due))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .tally(&self.metrics)
+            .map_err(|e| sdk_err("UpdateItem expiry watch", e))?;
+        self.send_watch(address_id, delay).await
+    }
+
+    async fn send_watch(&self, address_id: &str, delay: Duration) -> StoreResult<()> {
+        match &self.purge {
+            Some(queue) => {
+                queue
+                    .send(&crate::PurgeMessage::expiry_watch(address_id), delay)
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// The delay of an expiry watch's message falling due at `at`: whole seconds, rounded up (so
+/// that it is never early), at most SQS's longest delay (the watch then goes on from there).
+fn delay_until(at: Millis, now: Millis) -> Duration {
+    let ms = u64::try_from(at.saturating_sub(now)).unwrap_or(0);
+    Duration::from_secs(ms.div_ceil(1000)).min(crate::purge::MAX_QUEUE_DELAY)
+}
+
 fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Internal(format!("request: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::delay_until;
+
+    #[test]
+    fn an_expiry_watch_falls_due_never_early_and_in_hops_of_15_minutes() {
+        assert_eq!(delay_until(10_000, 10_000), Duration::ZERO);
+        assert_eq!(delay_until(9_000, 10_000), Duration::ZERO);
+        assert_eq!(delay_until(10_001, 10_000), Duration::from_secs(1));
+        assert_eq!(delay_until(70_000, 10_000), Duration::from_secs(60));
+        assert_eq!(delay_until(70_500, 10_000), Duration::from_secs(61));
+        assert_eq!(
+            delay_until(10_000 + 7_200_000, 10_000),
+            Duration::from_secs(900)
+        );
+    }
 }

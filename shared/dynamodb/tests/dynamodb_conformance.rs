@@ -426,6 +426,7 @@ mod lambda_config {
             table: super::table(),
             purge_queue_url: None,
             email_bucket: Some(super::bucket()),
+            ws_management_url: None,
         };
         let lean = aws.store_with(&sdk, 30 * 86_400).with_email_bucket(
             aws.email_bucket_with(&sdk)
@@ -703,6 +704,195 @@ mod email_objects {
             store.pending_email("../etc").await,
             Ok(None),
             "not a key SES writes"
+        );
+    }
+}
+
+/// The wake-up sockets' expiry watches (agentaddress-dynamodb's sockets module): one pending
+/// watch per address however many subscribes, hops of at most 15 minutes while sockets are
+/// subscribed, `gone` to each of them once the address has expired, and no watch without
+/// subscribers.
+mod expiry_watches {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use agentaddress_core::domain::ids;
+    use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::{NewAddress, Store, StoreResult};
+    use agentaddress_dynamodb::{
+        handle_purge_message, ConnectionPoster, DynamoStore, PostError, PurgeMessage, PurgeQueue,
+        Subscribed,
+    };
+
+    #[derive(Debug, Default)]
+    struct Queue(Mutex<Vec<(PurgeMessage, Duration)>>);
+
+    #[async_trait::async_trait]
+    impl PurgeQueue for Queue {
+        async fn send(&self, message: &PurgeMessage, delay: Duration) -> StoreResult<()> {
+            self.0.lock().expect("queue").push((message.clone(), delay));
+            Ok(())
+        }
+    }
+
+    #[derive(Debug, Default)]
+    struct Poster(Mutex<Vec<(String, String)>>);
+
+    #[async_trait::async_trait]
+    impl ConnectionPoster for Poster {
+        async fn post(&self, connection_id: &str, frame: &[u8]) -> Result<(), PostError> {
+            self.0.lock().expect("poster").push((
+                connection_id.to_owned(),
+                String::from_utf8_lossy(frame).into_owned(),
+            ));
+            Ok(())
+        }
+    }
+
+    const HOUR: i64 = 3_600_000;
+    const UNTIL: i64 = T0 + 2 * HOUR + 600_000;
+
+    async fn address(store: &DynamoStore, expires_at: Option<i64>) -> String {
+        let id = ids::new_address_id();
+        store
+            .create_address(NewAddress {
+                id: id.clone(),
+                name: None,
+                task_id: None,
+                email: format!("{id}@x.test"),
+                created_at: T0,
+                expires_at,
+                token_hash: ids::hash_secret("t"),
+                inbox_hash: ids::hash_secret("i"),
+                verification: None,
+            })
+            .await
+            .expect("create");
+        id
+    }
+
+    async fn subscribe(store: &DynamoStore, id: &str, conn: &str, expires: Option<i64>, now: i64) {
+        assert_eq!(
+            store
+                .subscribe_socket(id, conn, UNTIL, now)
+                .await
+                .expect("subscribe"),
+            Subscribed::Yes
+        );
+        store
+            .watch_expiry(id, expires, UNTIL, now)
+            .await
+            .expect("watch");
+    }
+
+    fn taken(q: &Queue) -> Vec<(PurgeMessage, Duration)> {
+        std::mem::take(&mut *q.0.lock().expect("queue"))
+    }
+
+    #[tokio::test]
+    async fn an_expiry_is_told_once_to_every_subscribed_socket() {
+        let queue = Arc::new(Queue::default());
+        let poster = Arc::new(Poster::default());
+        let store = super::dynamo()
+            .await
+            .with_purge_queue(queue.clone())
+            .with_sockets(poster.clone());
+        let expires = T0 + HOUR;
+        let id = address(&store, Some(expires)).await;
+
+        // Two sockets, three subscribes: one watch, due in SQS's longest delay.
+        subscribe(&store, &id, "connA=", Some(expires), T0).await;
+        subscribe(&store, &id, "connB=", Some(expires), T0 + 1_000).await;
+        subscribe(&store, &id, "connA=", Some(expires), T0 + 2_000).await;
+        let sent = taken(&queue);
+        assert_eq!(
+            sent,
+            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
+        );
+        let body = sent[0].0.to_body();
+
+        // It falls due before the expiry: the next hop, nobody told.
+        let progress = handle_purge_message(&store, &body, 8, T0 + 900_000)
+            .await
+            .expect("watch");
+        assert!(progress.done && progress.deleted_items == 0);
+        assert_eq!(
+            taken(&queue),
+            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
+        );
+        // A subscribe meanwhile starts no second watch.
+        subscribe(&store, &id, "connB=", Some(expires), T0 + 1_000_000).await;
+        assert!(taken(&queue).is_empty());
+        // The last hop is the rest of the wait, rounded up to whole seconds.
+        handle_purge_message(&store, &body, 8, expires - 1_500)
+            .await
+            .expect("watch");
+        assert_eq!(
+            taken(&queue),
+            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(2))]
+        );
+        assert!(poster.0.lock().expect("poster").is_empty());
+
+        // Expired: `gone` to both sockets, their subscriptions end, the watch ends.
+        handle_purge_message(&store, &body, 8, expires + 500)
+            .await
+            .expect("watch");
+        let mut told = std::mem::take(&mut *poster.0.lock().expect("poster"));
+        told.sort();
+        let gone = format!(r#"{{"address_id":"{id}","type":"gone"}}"#);
+        let frames: Vec<(String, serde_json::Value)> = told
+            .iter()
+            .map(|(c, f)| (c.clone(), serde_json::from_str(f).expect("json")))
+            .collect();
+        let gone: serde_json::Value = serde_json::from_str(&gone).expect("json");
+        assert_eq!(
+            frames,
+            vec![("connA=".into(), gone.clone()), ("connB=".into(), gone)]
+        );
+        assert!(taken(&queue).is_empty());
+        assert!(store
+            .live_subscribers(&id, expires + 500)
+            .await
+            .expect("subscribers")
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_watch_without_an_expiry_in_reach_or_without_subscribers() {
+        let queue = Arc::new(Queue::default());
+        let store = super::dynamo()
+            .await
+            .with_purge_queue(queue.clone())
+            .with_sockets(Arc::new(Poster::default()));
+        // Never expires, or expires after the subscription ends: no watch.
+        let forever = address(&store, None).await;
+        subscribe(&store, &forever, "connC=", None, T0).await;
+        let later = address(&store, Some(UNTIL + 1)).await;
+        subscribe(&store, &later, "connC=", Some(UNTIL + 1), T0).await;
+        assert!(taken(&queue).is_empty());
+
+        // The only socket leaves before the watch falls due: it ends there.
+        let expires = T0 + 30 * 60_000;
+        let id = address(&store, Some(expires)).await;
+        subscribe(&store, &id, "connD=", Some(expires), T0).await;
+        let sent = taken(&queue);
+        assert_eq!(
+            sent,
+            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
+        );
+        store
+            .unsubscribe_socket(&id, "connD=")
+            .await
+            .expect("unsubscribe");
+        handle_purge_message(&store, &sent[0].0.to_body(), 8, T0 + 900_000)
+            .await
+            .expect("watch");
+        assert!(taken(&queue).is_empty());
+        // A later subscribe, after the watch fell due, starts a new one.
+        subscribe(&store, &id, "connE=", Some(expires), T0 + 20 * 60_000).await;
+        assert_eq!(
+            taken(&queue),
+            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(600))]
         );
     }
 }
