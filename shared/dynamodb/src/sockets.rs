@@ -211,15 +211,7 @@ impl DynamoStore {
         address_id: &str,
         connection_id: &str,
     ) -> StoreResult<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(address_id), sub_sk(connection_id))))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics)
-            .map_err(|e| sdk_err("DeleteItem subscription", e))?;
+        self.forget_subscription(address_id, connection_id).await?;
         self.client
             .update_item()
             .table_name(&self.table)
@@ -371,33 +363,8 @@ impl DynamoStore {
         let Some(at) = expires_at.filter(|at| *at < until) else {
             return Ok(());
         };
-        if self.purge.is_none() {
-            return Ok(());
-        }
-        let delay = delay_until(at, now);
-        let due = now.saturating_add(Millis::try_from(delay.as_millis()).unwrap_or(Millis::MAX));
-        let claimed = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
-            .update_expression("SET watch_until = :due")
-            .condition_expression("attribute_not_exists(watch_until) OR watch_until < :now")
-            .expression_attribute_values(":due", n(due))
-            .expression_attribute_values(":now", n(now))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics);
-        if let Err(e) = claimed {
-            use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-            return match e.as_service_error() {
-                // A watch is pending: it goes on while sockets are subscribed.
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(()),
-                _ => Err(sdk_err("UpdateItem expiry watch", e)),
-            };
-        }
-        self.send_watch(address_id, delay).await
+        // `false`: a watch is pending, and it goes on while sockets are subscribed.
+        self.watch_from(address_id, at, now, true).await.map(|_| ())
     }
 
     /// Handles an expiry watch of `address_id` that fell due: tells its subscribed sockets
@@ -419,35 +386,59 @@ impl DynamoStore {
         if self.live_subscribers(address_id, now).await?.is_empty() {
             return Ok(());
         }
+        self.watch_from(address_id, at, now, false)
+            .await
+            .map(|_| ())
+    }
+
+    /// Records when the next watch message of `address_id` falls due (the counter item's
+    /// `watch_until`; with `only_if_none_pending`, only if none is due after `now`) and sends
+    /// it, delayed until the expiry `at` or as long as SQS allows. `false`: a watch was
+    /// pending, nothing sent. Without a purge queue, nothing.
+    async fn watch_from(
+        &self,
+        address_id: &str,
+        at: Millis,
+        now: Millis,
+        only_if_none_pending: bool,
+    ) -> StoreResult<bool> {
+        let Some(queue) = &self.purge else {
+            return Ok(false);
+        };
         let delay = delay_until(at, now);
         let due = now.saturating_add(Millis::try_from(delay.as_millis()).unwrap_or(Millis::MAX));
-        self.client
+        let update = self
+            .client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
             .update_expression("SET watch_until = :due")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":due", n(due))
+            .expression_attribute_values(":due", n(due));
+        let update = if only_if_none_pending {
+            update
+                .condition_expression("attribute_not_exists(watch_until) OR watch_until < :now")
+                .expression_attribute_values(":now", n(now))
+        } else {
+            update.condition_expression("attribute_exists(pk)")
+        };
+        let recorded = update
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
-            .tally(&self.metrics)
-            .map_err(|e| sdk_err("UpdateItem expiry watch", e))?;
-        self.send_watch(address_id, delay).await
-    }
-
-    async fn send_watch(&self, address_id: &str, delay: Duration) -> StoreResult<()> {
-        match &self.purge {
-            Some(queue) => {
-                queue
-                    .send(&crate::PurgeMessage::expiry_watch(address_id), delay)
-                    .await
-            }
-            None => Ok(()),
+            .tally(&self.metrics);
+        if let Err(e) = recorded {
+            use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+            return match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(sdk_err("UpdateItem expiry watch", e)),
+            };
         }
+        queue
+            .send(&crate::PurgeMessage::expiry_watch(address_id), delay)
+            .await
+            .map(|()| true)
     }
 }
-
 /// The delay of an expiry watch's message falling due at `at`: whole seconds, rounded up (so
 /// that it is never early), at most SQS's longest delay (the watch then goes on from there).
 fn delay_until(at: Millis, now: Millis) -> Duration {
