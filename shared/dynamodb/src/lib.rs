@@ -352,10 +352,10 @@ impl Store for DynamoStore {
         let appended = self
             .append_event_impl(id, event, claim, limits, now)
             .await?;
-        if !appended.duplicate {
-            self.tell_sockets(id, Some(appended.event.sequence), now)
-                .await;
-        }
+        // A duplicate too: the first attempt may have committed without telling (its
+        // function timed out); a `notify` the client already had is harmless.
+        self.tell_sockets(id, Some(appended.event.sequence), now)
+            .await;
         Ok(appended)
     }
 
@@ -367,10 +367,10 @@ impl Store for DynamoStore {
         now: Millis,
     ) -> StoreResult<Appended> {
         let appended = self.append_email_impl(id, email, limits, now).await?;
-        if !appended.duplicate {
-            self.tell_sockets(id, Some(appended.event.sequence), now)
-                .await;
-        }
+        // A duplicate too: the first attempt may have committed without telling (its
+        // function timed out); a `notify` the client already had is harmless.
+        self.tell_sockets(id, Some(appended.event.sequence), now)
+            .await;
         Ok(appended)
     }
 
@@ -485,10 +485,10 @@ impl Store for DynamoStore {
         now: Millis,
     ) -> StoreResult<SendRecorded> {
         let recorded = self.record_send_impl(id, send, limits, now).await?;
-        if !recorded.duplicate {
-            self.tell_sockets(id, Some(recorded.event.sequence), now)
-                .await;
-        }
+        // A duplicate too: the first attempt may have committed without telling (its
+        // function timed out); a `notify` the client already had is harmless.
+        self.tell_sockets(id, Some(recorded.event.sequence), now)
+            .await;
         Ok(recorded)
     }
 

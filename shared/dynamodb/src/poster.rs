@@ -10,14 +10,17 @@ use aws_sdk_apigatewaymanagement::primitives::Blob;
 
 use crate::{ConnectionPoster, PostError};
 
-/// Posts through API Gateway's Management API. A 429 (`LimitExceededException`) is retried
-/// after 50, 100 and 200 ms; a 410 (`GoneException`) is [`PostError::Gone`].
+/// Posts through API Gateway's Management API. A 410 (`GoneException`) is [`PostError::Gone`];
+/// a 403 or 413 (the connection is not this API's, the frame too big) fails at once; anything
+/// else — a 429 (`LimitExceededException`), a 5xx, a failure to reach the endpoint — is tried
+/// again after 50, 100 and 200 ms (a frame posted twice is harmless: a `notify` the client had
+/// means nothing new).
 #[derive(Debug)]
 pub struct ApiGatewayPoster {
     client: aws_sdk_apigatewaymanagement::Client,
 }
 
-/// Back-off of a throttled post: these waits, then the post is given up (the client's next
+/// Back-off of a post that failed for a passing reason: these waits, then the post is given up (the client's next
 /// `notify` or its reconnect covers what it missed: the feed holds everything).
 const THROTTLED_WAITS: [Duration; 3] = [
     Duration::from_millis(50),
@@ -57,11 +60,14 @@ impl ConnectionPoster for ApiGatewayPoster {
             };
             match e.as_service_error() {
                 Some(PostToConnectionError::GoneException(_)) => return Err(PostError::Gone),
-                Some(PostToConnectionError::LimitExceededException(_)) => match waits.next() {
+                Some(
+                    PostToConnectionError::ForbiddenException(_)
+                    | PostToConnectionError::PayloadTooLargeException(_),
+                ) => return Err(PostError::Failed(format!("{e:?}"))),
+                _ => match waits.next() {
                     Some(wait) => tokio::time::sleep(*wait).await,
-                    None => return Err(PostError::Failed("throttled (429)".into())),
+                    None => return Err(PostError::Failed(format!("after 4 tries: {e:?}"))),
                 },
-                _ => return Err(PostError::Failed(format!("{e:?}"))),
             }
         }
     }

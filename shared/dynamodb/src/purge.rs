@@ -235,6 +235,10 @@ pub struct PurgeMessage {
     pub address_id: String,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub expiry_watch: bool,
+    /// An expiry watch's due time (ms since the epoch): the watch goes on only while the
+    /// address's `watch_until` is still this, so a duplicate message ends instead of forking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due: Option<Millis>,
 }
 
 impl PurgeMessage {
@@ -242,14 +246,16 @@ impl PurgeMessage {
         Self {
             address_id: address_id.to_owned(),
             expiry_watch: false,
+            due: None,
         }
     }
 
-    /// An expiry watch of `address_id`.
-    pub fn expiry_watch(address_id: &str) -> Self {
+    /// An expiry watch of `address_id`, falling due at `due`.
+    pub fn expiry_watch(address_id: &str, due: Millis) -> Self {
         Self {
             address_id: address_id.to_owned(),
             expiry_watch: true,
+            due: Some(due),
         }
     }
 
@@ -280,12 +286,15 @@ pub async fn handle_purge_message(
         .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?;
     let id = message.address_id;
     if message.expiry_watch {
-        store.check_expiry(&id, now).await?;
+        store.check_expiry(&id, message.due, now).await?;
         return Ok(PurgeProgress {
             deleted_items: 0,
             done: true,
         });
     }
+    // Its sockets are told `gone` before their subscriptions go with the rest (the deletion
+    // told them already, unless that failed or raced this purge).
+    store.tell_sockets(&id, None, now).await;
     let mut total = 0;
     for _ in 0..steps.max(1) {
         let step = store.purge_address(&id, 500, now).await?;
@@ -314,10 +323,10 @@ mod tests {
         let m = PurgeMessage::new("addr_x-1");
         assert_eq!(m.to_body(), r#"{"address_id":"addr_x-1"}"#);
         assert_eq!(PurgeMessage::parse(&m.to_body()), Some(m));
-        let w = PurgeMessage::expiry_watch("addr_x-1");
+        let w = PurgeMessage::expiry_watch("addr_x-1", 1_800_000_000_000);
         assert_eq!(
             w.to_body(),
-            r#"{"address_id":"addr_x-1","expiry_watch":true}"#
+            r#"{"address_id":"addr_x-1","expiry_watch":true,"due":1800000000000}"#
         );
         assert_eq!(PurgeMessage::parse(&w.to_body()), Some(w));
         assert_eq!(

@@ -12,9 +12,11 @@
 //!   most 20, the condition of each subscribe), `ttl`; `$disconnect` reads it to remove the
 //!   connection's subscriptions.
 //!
-//! Every item carries a TTL a little past the longest connection API Gateway keeps (2 hours):
-//! `$disconnect` is best-effort, and a subscription whose `$disconnect` never came is forgotten
-//! by then (and skipped as soon as its TTL passes, before DynamoDB deletes it).
+//! The subscriptions and connections carry a TTL a little past the longest connection API
+//! Gateway keeps (2 hours): `$disconnect` is best-effort, and a subscription whose `$disconnect`
+//! never came is forgotten by then (and skipped as soon as its TTL passes, before DynamoDB
+//! deletes it). The counter carries none (connections of different ages share it); the
+//! address's purge removes it.
 //!
 //! The notifier runs in the appending function, after the commit ([`DynamoStore::with_sockets`]):
 //! one strongly consistent Query of the address's subscriptions (one read unit when there are
@@ -27,7 +29,9 @@
 //! watch ([`DynamoStore::watch_expiry`]): a message on the purge queue, delayed until the expiry
 //! (by hops of at most 15 minutes, SQS's longest delay), whose handler tells the subscribed
 //! sockets `gone`. The counter item's `watch_until` (when the pending message falls due) keeps
-//! it to one watch per address however many subscribes there are.
+//! it to one watch per address however many subscribes there are: a subscribe starts one only
+//! when none is due later, and a message goes on only while `watch_until` is still its own due
+//! time (a duplicate delivery of it ends there).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,8 +128,12 @@ impl DynamoStore {
                 .await?
                 .map(|item| get_u(&item, "epoch"));
             let subscribers = self.live_subscribers(address_id, now).await?;
-            let already = subscribers.iter().any(|c| c == connection_id);
-            if !already && subscribers.len() >= MAX_SOCKETS_PER_ADDRESS {
+            // Subscribed already (until the same end: a connection's subscriptions all end
+            // with it): nothing to write.
+            if subscribers.iter().any(|c| c == connection_id) {
+                return Ok(Subscribed::Yes);
+            }
+            if subscribers.len() >= MAX_SOCKETS_PER_ADDRESS {
                 return Ok(Subscribed::AddressFull);
             }
             let epoch = counter.unwrap_or(0);
@@ -133,10 +141,8 @@ impl DynamoStore {
                 let mut u = Update::builder()
                     .table_name(&self.table)
                     .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
-                    .update_expression("SET epoch = :next, #ttl = :ttl")
-                    .expression_attribute_names("#ttl", "ttl")
-                    .expression_attribute_values(":next", n(epoch + 1))
-                    .expression_attribute_values(":ttl", ttl.clone());
+                    .update_expression("SET epoch = :next")
+                    .expression_attribute_values(":next", n(epoch + 1));
                 u = match counter {
                     Some(_) => u
                         .condition_expression("epoch = :seen")
@@ -212,6 +218,11 @@ impl DynamoStore {
         connection_id: &str,
     ) -> StoreResult<()> {
         self.forget_subscription(address_id, connection_id).await?;
+        self.release_slot(address_id, connection_id).await
+    }
+
+    /// Takes `address_id` out of `connection_id`'s addresses (its place under the cap).
+    async fn release_slot(&self, address_id: &str, connection_id: &str) -> StoreResult<()> {
         self.client
             .update_item()
             .table_name(&self.table)
@@ -331,8 +342,11 @@ impl DynamoStore {
         for (conn, outcome) in futures::future::join_all(posts).await {
             match outcome {
                 Ok(()) => {
+                    // Told `gone`: the subscription ends, and its place on the socket frees.
                     if last_sequence.is_none() {
-                        let _ = self.forget_subscription(address_id, conn).await;
+                        if let Err(e) = self.unsubscribe_socket(address_id, conn).await {
+                            tracing::warn!(%address_id, error = %e, "cannot end a gone address's subscription");
+                        }
                     }
                 }
                 Err(PostError::Gone) => {
@@ -364,17 +378,29 @@ impl DynamoStore {
             return Ok(());
         };
         // `false`: a watch is pending, and it goes on while sockets are subscribed.
-        self.watch_from(address_id, at, now, true).await.map(|_| ())
+        self.watch_from(address_id, at, now, Claim::NonePending)
+            .await
+            .map(|_| ())
     }
 
-    /// Handles an expiry watch of `address_id` that fell due: tells its subscribed sockets
-    /// `gone` if it is gone; else, while sockets are subscribed, watches on until it expires.
-    pub async fn check_expiry(&self, address_id: &str, now: Millis) -> StoreResult<()> {
-        // Purged: its subscriptions went with it.
-        let Some(meta) = self.meta(address_id).await? else {
-            return Ok(());
+    /// Handles an expiry watch of `address_id` that fell due (at `due`): tells its subscribed
+    /// sockets `gone` if it is gone; else, while sockets are subscribed, watches on until it
+    /// expires.
+    pub async fn check_expiry(
+        &self,
+        address_id: &str,
+        due: Option<Millis>,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let record = match self.meta(address_id).await? {
+            Some(meta) => record_from(&meta)?,
+            // Its tombstone is gone too (purged, or forgotten by its TTL): whatever socket is
+            // still subscribed is told.
+            None => {
+                self.tell_sockets(address_id, None, now).await;
+                return Ok(());
+            }
         };
-        let record = record_from(&meta)?;
         if record.is_gone(now) {
             self.tell_sockets(address_id, None, now).await;
             return Ok(());
@@ -386,22 +412,27 @@ impl DynamoStore {
         if self.live_subscribers(address_id, now).await?.is_empty() {
             return Ok(());
         }
-        self.watch_from(address_id, at, now, false)
+        let claim = match due {
+            Some(due) => Claim::Continues(due),
+            None => Claim::NonePending,
+        };
+        self.watch_from(address_id, at, now, claim)
             .await
             .map(|_| ())
     }
 
     /// Records when the next watch message of `address_id` falls due (the counter item's
-    /// `watch_until`; with `only_if_none_pending`, only if none is due after `now`) and sends
-    /// it, delayed until the expiry `at` or as long as SQS allows. `false`: a watch was
-    /// pending, nothing sent. Without a purge queue, nothing.
+    /// `watch_until`, if `claim` holds) and sends it, delayed until the expiry `at` or as long
+    /// as SQS allows. `false`: the claim did not hold (another watch is pending), nothing sent.
+    /// Without a purge queue, nothing.
     async fn watch_from(
         &self,
         address_id: &str,
         at: Millis,
         now: Millis,
-        only_if_none_pending: bool,
+        claim: Claim,
     ) -> StoreResult<bool> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
         let Some(queue) = &self.purge else {
             return Ok(false);
         };
@@ -414,12 +445,13 @@ impl DynamoStore {
             .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
             .update_expression("SET watch_until = :due")
             .expression_attribute_values(":due", n(due));
-        let update = if only_if_none_pending {
-            update
+        let update = match claim {
+            Claim::NonePending => update
                 .condition_expression("attribute_not_exists(watch_until) OR watch_until < :now")
-                .expression_attribute_values(":now", n(now))
-        } else {
-            update.condition_expression("attribute_exists(pk)")
+                .expression_attribute_values(":now", n(now)),
+            Claim::Continues(previous) => update
+                .condition_expression("watch_until = :previous")
+                .expression_attribute_values(":previous", n(previous)),
         };
         let recorded = update
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -427,18 +459,42 @@ impl DynamoStore {
             .await
             .tally(&self.metrics);
         if let Err(e) = recorded {
-            use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
             return match e.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
                 _ => Err(sdk_err("UpdateItem expiry watch", e)),
             };
         }
-        queue
-            .send(&crate::PurgeMessage::expiry_watch(address_id), delay)
-            .await
-            .map(|()| true)
+        let sent = queue
+            .send(&crate::PurgeMessage::expiry_watch(address_id, due), delay)
+            .await;
+        if sent.is_err() {
+            // No message behind it: a later subscribe may start the watch again.
+            let _ = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
+                .update_expression("REMOVE watch_until")
+                .condition_expression("watch_until = :due")
+                .expression_attribute_values(":due", n(due))
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .tally(&self.metrics);
+        }
+        sent.map(|()| true)
     }
 }
+
+/// What an expiry watch's next message claims.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// A subscribe's: no watch falls due after now.
+    NonePending,
+    /// A watch message's: the pending watch is still the one that fell due then.
+    Continues(Millis),
+}
+
 /// The delay of an expiry watch's message falling due at `at`: whole seconds, rounded up (so
 /// that it is never early), at most SQS's longest delay (the watch then goes on from there).
 fn delay_until(at: Millis, now: Millis) -> Duration {

@@ -789,6 +789,21 @@ mod expiry_watches {
         std::mem::take(&mut *q.0.lock().expect("queue"))
     }
 
+    /// The one message sent since the last look: an expiry watch of `id` delayed by `delay`,
+    /// due `delay` after `now`; its body.
+    fn one_watch(q: &Queue, id: &str, delay: u64, now: i64) -> String {
+        let sent = taken(q);
+        let due = now + i64::try_from(delay).expect("delay") * 1000;
+        assert_eq!(
+            sent,
+            vec![(
+                PurgeMessage::expiry_watch(id, due),
+                Duration::from_secs(delay)
+            )]
+        );
+        sent[0].0.to_body()
+    }
+
     #[tokio::test]
     async fn an_expiry_is_told_once_to_every_subscribed_socket() {
         let queue = Arc::new(Queue::default());
@@ -804,47 +819,45 @@ mod expiry_watches {
         subscribe(&store, &id, "connA=", Some(expires), T0).await;
         subscribe(&store, &id, "connB=", Some(expires), T0 + 1_000).await;
         subscribe(&store, &id, "connA=", Some(expires), T0 + 2_000).await;
-        let sent = taken(&queue);
-        assert_eq!(
-            sent,
-            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
-        );
-        let body = sent[0].0.to_body();
+        let first = one_watch(&queue, &id, 900, T0);
 
         // It falls due before the expiry: the next hop, nobody told.
-        let progress = handle_purge_message(&store, &body, 8, T0 + 900_000)
+        let progress = handle_purge_message(&store, &first, 8, T0 + 900_000)
             .await
             .expect("watch");
         assert!(progress.done && progress.deleted_items == 0);
-        assert_eq!(
-            taken(&queue),
-            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
-        );
+        let second = one_watch(&queue, &id, 900, T0 + 900_000);
+        // The same message again (SQS delivers at least once): it ends there, no second chain.
+        handle_purge_message(&store, &first, 8, T0 + 901_000)
+            .await
+            .expect("watch");
+        assert!(taken(&queue).is_empty());
         // A subscribe meanwhile starts no second watch.
         subscribe(&store, &id, "connB=", Some(expires), T0 + 1_000_000).await;
         assert!(taken(&queue).is_empty());
-        // The last hop is the rest of the wait, rounded up to whole seconds.
-        handle_purge_message(&store, &body, 8, expires - 1_500)
+        handle_purge_message(&store, &second, 8, T0 + 1_800_000)
             .await
             .expect("watch");
-        assert_eq!(
-            taken(&queue),
-            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(2))]
-        );
+        let third = one_watch(&queue, &id, 900, T0 + 1_800_000);
+        // Handled 1.5 s late: the last hop is the rest of the wait, rounded up to whole seconds.
+        let late = T0 + 2_700_000 + 1_500;
+        handle_purge_message(&store, &third, 8, late)
+            .await
+            .expect("watch");
+        let last = one_watch(&queue, &id, 899, late);
         assert!(poster.0.lock().expect("poster").is_empty());
 
         // Expired: `gone` to both sockets, their subscriptions end, the watch ends.
-        handle_purge_message(&store, &body, 8, expires + 500)
+        handle_purge_message(&store, &last, 8, expires + 500)
             .await
             .expect("watch");
         let mut told = std::mem::take(&mut *poster.0.lock().expect("poster"));
         told.sort();
-        let gone = format!(r#"{{"address_id":"{id}","type":"gone"}}"#);
         let frames: Vec<(String, serde_json::Value)> = told
             .iter()
             .map(|(c, f)| (c.clone(), serde_json::from_str(f).expect("json")))
             .collect();
-        let gone: serde_json::Value = serde_json::from_str(&gone).expect("json");
+        let gone = serde_json::json!({"type": "gone", "address_id": id});
         assert_eq!(
             frames,
             vec![("connA=".into(), gone.clone()), ("connB=".into(), gone)]
@@ -855,6 +868,18 @@ mod expiry_watches {
             .await
             .expect("subscribers")
             .is_empty());
+        // Their places on the sockets are free again: each can take 20 other addresses.
+        for n in 0..20 {
+            let other = address(&store, None).await;
+            assert_eq!(
+                store
+                    .subscribe_socket(&other, "connA=", UNTIL, expires + 1_000 + n)
+                    .await
+                    .expect("subscribe"),
+                Subscribed::Yes,
+                "address {n}"
+            );
+        }
     }
 
     #[tokio::test]
@@ -875,24 +900,18 @@ mod expiry_watches {
         let expires = T0 + 30 * 60_000;
         let id = address(&store, Some(expires)).await;
         subscribe(&store, &id, "connD=", Some(expires), T0).await;
-        let sent = taken(&queue);
-        assert_eq!(
-            sent,
-            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(900))]
-        );
+        let body = one_watch(&queue, &id, 900, T0);
         store
             .unsubscribe_socket(&id, "connD=")
             .await
             .expect("unsubscribe");
-        handle_purge_message(&store, &sent[0].0.to_body(), 8, T0 + 900_000)
+        handle_purge_message(&store, &body, 8, T0 + 900_000)
             .await
             .expect("watch");
         assert!(taken(&queue).is_empty());
         // A later subscribe, after the watch fell due, starts a new one.
-        subscribe(&store, &id, "connE=", Some(expires), T0 + 20 * 60_000).await;
-        assert_eq!(
-            taken(&queue),
-            vec![(PurgeMessage::expiry_watch(&id), Duration::from_secs(600))]
-        );
+        let now = T0 + 20 * 60_000;
+        subscribe(&store, &id, "connE=", Some(expires), now).await;
+        one_watch(&queue, &id, 600, now);
     }
 }
