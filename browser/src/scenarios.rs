@@ -667,7 +667,9 @@ fn epoch_ms() -> f64 {
 
 /// Measures the page: `loads` fresh loads of `/inbox` (navigation timing), then `deliveries`
 /// webhooks one after the other, each timed from just before its request to the moment its row
-/// is added (a MutationObserver in the page; same machine, same clock). The deployment must
+/// is added (a MutationObserver in the page; same machine, same wall clock: `Date.now()`, not
+/// `performance.timeOrigin + performance.now()`, a monotonic clock that drifts from the wall
+/// clock by tens of milliseconds over a page's life and made some delays negative). The deployment must
 /// allow that many polls per minute.
 pub async fn measure(c: &Client, loads: usize, deliveries: usize) -> Figures {
     let weight = headers_and_discovery(c).await;
@@ -695,7 +697,7 @@ pub async fn measure(c: &Client, loads: usize, deliveries: usize) -> Figures {
     log_in(&b, c, &a).await;
     b.js(
         "window.__shown = {}; new MutationObserver((changes) => { \
-           const at = performance.timeOrigin + performance.now(); \
+           const at = Date.now(); \
            for (const c of changes) for (const n of c.addedNodes) \
              if (n.dataset && n.dataset.eventId) window.__shown[n.dataset.eventId] = at; \
          }).observe(document.getElementById('events'), {childList: true})",

@@ -402,6 +402,7 @@ impl DynamoStore {
             }
         };
         if record.is_gone(now) {
+            tracing::info!(%address_id, "expiry watch: the address is gone; telling its sockets");
             self.tell_sockets(address_id, None, now).await;
             return Ok(());
         }
