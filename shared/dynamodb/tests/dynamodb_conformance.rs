@@ -7,8 +7,25 @@
 
 use std::sync::Arc;
 
-use agentaddress_core::store::Store;
+use agentaddress_core::domain::{ids, Millis};
+use agentaddress_core::store::conformance::T0;
+use agentaddress_core::store::{NewAddress, Store};
 use agentaddress_dynamodb::DynamoStore;
+
+/// A new address `id` created at `T0` (email `{id}@x.test`, no signing secret).
+fn new_address(id: &str, expires_at: Option<Millis>) -> NewAddress {
+    NewAddress {
+        id: id.to_owned(),
+        name: None,
+        task_id: None,
+        email: format!("{id}@x.test"),
+        created_at: T0,
+        expires_at,
+        token_hash: ids::hash_secret("t"),
+        inbox_hash: ids::hash_secret("i"),
+        verification: None,
+    }
+}
 
 fn table() -> String {
     match std::env::var("AGENTADDRESS_TEST_TABLE") {
@@ -78,7 +95,7 @@ mod dynamodb_only {
     use agentaddress_core::store::outbound_conformance::new_send;
     use agentaddress_core::store::request_conformance::new_request;
     use agentaddress_core::store::{
-        Answer, IdempotencyClaim, NewAddress, NewCode, NewEvent, Store, StoreError,
+        Answer, IdempotencyClaim, NewCode, NewEvent, Store, StoreError,
     };
     use agentaddress_dynamodb::handle_purge_message;
     use aws_sdk_dynamodb::types::AttributeValue;
@@ -121,17 +138,7 @@ mod dynamodb_only {
         let limits = Limits::default();
         let id = ids::new_address_id();
         store
-            .create_address(NewAddress {
-                id: id.clone(),
-                name: None,
-                task_id: None,
-                email: format!("{id}@x.test"),
-                created_at: T0,
-                expires_at: None,
-                token_hash: ids::hash_secret("t"),
-                inbox_hash: ids::hash_secret("i"),
-                verification: None,
-            })
+            .create_address(super::new_address(&id, None))
             .await
             .expect("create");
         let big = format!("\"{}\"", "x".repeat(700_000));
@@ -361,15 +368,8 @@ mod email_keys {
         let email = format!("{id}@x.test");
         store
             .create_address(NewAddress {
-                id: id.clone(),
-                name: None,
-                task_id: None,
                 email: email.clone(),
-                created_at: T0,
-                expires_at: None,
-                token_hash: ids::hash_secret("t"),
-                inbox_hash: ids::hash_secret("i"),
-                verification: None,
+                ..super::new_address(&id, None)
             })
             .await
             .expect("create");
@@ -434,15 +434,8 @@ mod lambda_config {
         );
         let id = ids::new_address_id();
         lean.create_address(NewAddress {
-            id: id.clone(),
             name: Some("lean".into()),
-            task_id: None,
-            email: format!("{id}@x.test"),
-            created_at: T0,
-            expires_at: None,
-            token_hash: ids::hash_secret("t"),
-            inbox_hash: ids::hash_secret("i"),
-            verification: None,
+            ..super::new_address(&id, None)
         })
         .await
         .expect("create through the Lambda configuration");
@@ -718,7 +711,7 @@ mod expiry_watches {
 
     use agentaddress_core::domain::ids;
     use agentaddress_core::store::conformance::T0;
-    use agentaddress_core::store::{NewAddress, Store, StoreResult};
+    use agentaddress_core::store::{Store, StoreResult};
     use agentaddress_dynamodb::{
         handle_purge_message, ConnectionPoster, DynamoStore, PostError, PurgeMessage, PurgeQueue,
         Subscribed,
@@ -755,17 +748,7 @@ mod expiry_watches {
     async fn address(store: &DynamoStore, expires_at: Option<i64>) -> String {
         let id = ids::new_address_id();
         store
-            .create_address(NewAddress {
-                id: id.clone(),
-                name: None,
-                task_id: None,
-                email: format!("{id}@x.test"),
-                created_at: T0,
-                expires_at,
-                token_hash: ids::hash_secret("t"),
-                inbox_hash: ids::hash_secret("i"),
-                verification: None,
-            })
+            .create_address(super::new_address(&id, expires_at))
             .await
             .expect("create");
         id
