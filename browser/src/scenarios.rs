@@ -27,9 +27,38 @@ const ENTER: &str = "\u{E007}";
 /// Whether the row of event `arguments[0]` is on the page.
 const ROW: &str = "return !!document.querySelector('li[data-event-id=\"' + arguments[0] + '\"]')";
 
+/// Opens `/inbox` and waits until its script has run (`<html data-ready>`). A load whose script
+/// did not arrive (the local Lambda stack, loaded by the checker beside it, has failed an asset
+/// request) is said on stderr with what the page fetched, and loaded again, twice at most: a
+/// form without its script would submit natively and the test would fail far from the cause.
+async fn open_inbox(b: &Browser, c: &Client) {
+    const READY: &str = "return document.documentElement.dataset.ready === 'true'";
+    const FETCHED: &str = "return performance.getEntriesByType('resource')\
+        .map(r => r.name + ' ' + (r.responseStatus ?? '?') + ' ' + Math.round(r.duration) + ' ms')";
+    for attempt in 1..=3 {
+        b.open(&c.url("/inbox")).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            if b.js(READY, vec![]).await == json!(true) {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let fetched = b.js(FETCHED, vec![]).await;
+        assert!(
+            attempt < 3,
+            "the inbox page's script did not run in 3 loads; the last one fetched {fetched}"
+        );
+        eprintln!("the inbox page's script did not run (load {attempt}); it fetched {fetched}; loading it again");
+    }
+}
+
 /// Opens `/inbox`, types the credentials and waits for the first read of the feed.
 async fn log_in(b: &Browser, c: &Client, a: &Address) {
-    b.open(&c.url("/inbox")).await;
+    open_inbox(b, c).await;
     b.type_into("#address-id", &a.id).await;
     b.type_into("#read-token", &a.token).await;
     b.click("#open").await;
@@ -74,7 +103,7 @@ pub async fn live_feed_ack_and_state(d: &Deployment<'_>) {
     let c = d.client;
     let a = c.new_address().await;
     let b = Browser::start(DESKTOP).await;
-    b.open(&c.url("/inbox")).await;
+    open_inbox(&b, c).await;
     b.screenshot(&format!("{}-inbox-login", d.label)).await;
     log_in(&b, c, &a).await;
     assert_eq!(
@@ -194,7 +223,7 @@ pub async fn wrong_token_and_gone_address(d: &Deployment<'_>) {
     let c = d.client;
     let a = c.new_address().await;
     let b = Browser::start(DESKTOP).await;
-    b.open(&c.url("/inbox")).await;
+    open_inbox(&b, c).await;
     b.type_into("#address-id", &a.id).await;
     b.type_into("#read-token", "aat_not-the-token").await;
     b.click("#open").await;
@@ -219,7 +248,7 @@ pub async fn wrong_token_and_gone_address(d: &Deployment<'_>) {
     c.send("DELETE", &gone.root, Some(&gone.token), &[], None)
         .await
         .expect_status(204, "delete");
-    b.open(&c.url("/inbox")).await;
+    open_inbox(&b, c).await;
     b.type_into("#address-id", &gone.id).await;
     b.type_into("#read-token", &gone.token).await;
     b.click("#open").await;
@@ -468,7 +497,7 @@ pub async fn phone_and_keyboard(d: &Deployment<'_>) {
     )
     .await;
     let b = Browser::start(PHONE).await;
-    b.open(&c.url("/inbox")).await;
+    open_inbox(&b, c).await;
     assert_eq!(
         b.js("return window.innerWidth", vec![]).await,
         PHONE.width,

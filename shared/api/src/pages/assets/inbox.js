@@ -374,6 +374,8 @@
     }
     if (saved && typeof saved.id === "string" && typeof saved.token === "string") open(saved.id, saved.token);
     else $("address-id").focus();
+    // The form works from here on: automation waits for this mark (docs/API.md §13).
+    document.documentElement.dataset.ready = "true";
   }
 
   start();
