@@ -54,7 +54,7 @@ pub async fn ws_event(
     match ctx.event_type.as_deref() {
         Some("CONNECT") => answer(200, None),
         Some("DISCONNECT") => {
-            if let Err(e) = store.drop_connection(connection_id).await {
+            if let Err(e) = store.drop_connection(connection_id, now).await {
                 // Its subscriptions expire with their TTL.
                 tracing::warn!(%connection_id, error = %e, "cannot remove a closed socket's subscriptions");
             }
@@ -135,6 +135,8 @@ async fn frame(
                 }
                 Ok(Subscribed::ConnectionFull) => return protocol::socket_full(),
                 Ok(Subscribed::AddressFull) => return protocol::address_full(),
+                // Its `$disconnect` ran meanwhile: nobody reads this answer.
+                Ok(Subscribed::Closed) => return protocol::unavailable(),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot subscribe a socket");
                     return protocol::unavailable();

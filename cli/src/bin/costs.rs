@@ -655,7 +655,7 @@ async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
     let (u, d) = b
         .measure(|| async {
             let dropped = store
-                .drop_connection(connection)
+                .drop_connection(connection, SystemClock.now())
                 .await
                 .unwrap_or_else(|e| panic!("$disconnect: {e}"));
             assert_eq!(dropped, vec![id.clone()]);

@@ -9,8 +9,10 @@
 //!   subscribe, so that two subscribes racing past the cap of 20 sockets cannot both commit
 //!   (optimistic concurrency: each transaction is conditioned on the epoch it read);
 //! - a connection, `pk = W#{connection}`, `sk = W`: `addrs` (its addresses, a string set of at
-//!   most 20, the condition of each subscribe), `ttl`; `$disconnect` reads it to remove the
-//!   connection's subscriptions.
+//!   most 20, the condition of each subscribe), `ttl`; `$disconnect` takes its `addrs` and marks
+//!   it `closed` in one write, then removes the subscriptions it held. A subscribe is
+//!   conditioned on the mark's absence, so one racing the `$disconnect` either commits first
+//!   (and is among the `addrs` taken) or is refused: it cannot leave a subscription behind.
 //!
 //! The subscriptions and connections carry a TTL a little past the longest connection API
 //! Gateway keeps (2 hours): `$disconnect` is best-effort, and a subscription whose `$disconnect`
@@ -37,7 +39,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, TransactWriteItem, Update,
+    AttributeValue, Put, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 
 use crate::capacity::Tally;
@@ -76,6 +79,8 @@ pub enum Subscribed {
     ConnectionFull,
     /// [`MAX_SOCKETS_PER_ADDRESS`] other connections are subscribed to the address.
     AddressFull,
+    /// The connection's `$disconnect` has run: nothing was written.
+    Closed,
 }
 
 /// Why a post to a connection failed.
@@ -164,7 +169,11 @@ impl DynamoStore {
                 .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
                 .update_expression("ADD addrs :a SET #ttl = :ttl")
                 .condition_expression(
-                    "attribute_not_exists(addrs) OR size(addrs) < :max OR contains(addrs, :id)",
+                    "attribute_not_exists(closed) AND (attribute_not_exists(addrs) \
+                     OR size(addrs) < :max OR contains(addrs, :id))",
+                )
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
                 )
                 .expression_attribute_names("#ttl", "ttl")
                 .expression_attribute_values(":a", AttributeValue::Ss(vec![address_id.into()]))
@@ -200,7 +209,15 @@ impl DynamoStore {
                             .is_some_and(|c| c == "ConditionalCheckFailed")
                     };
                     if failed(2) {
-                        return Ok(Subscribed::ConnectionFull);
+                        let closed = reasons
+                            .get(2)
+                            .and_then(|r| r.item())
+                            .is_some_and(|item| item.contains_key("closed"));
+                        return Ok(if closed {
+                            Subscribed::Closed
+                        } else {
+                            Subscribed::ConnectionFull
+                        });
                     }
                     // The counter moved (another subscribe) or a transaction conflict: again.
                 }
@@ -244,20 +261,31 @@ impl DynamoStore {
             })
     }
 
-    /// Removes everything of `connection_id` (its `$disconnect`); the addresses it was
-    /// subscribed to.
-    pub async fn drop_connection(&self, connection_id: &str) -> StoreResult<Vec<String>> {
+    /// Removes everything of `connection_id` (its `$disconnect`, at `now`); the addresses it was
+    /// subscribed to. The connection item stays, marked `closed` (module docs), until its TTL:
+    /// the connection's end at the latest, or [`SUBSCRIPTION_LIFETIME`] from `now` for a
+    /// connection that never subscribed.
+    pub async fn drop_connection(
+        &self,
+        connection_id: &str,
+        now: Millis,
+    ) -> StoreResult<Vec<String>> {
+        let lifetime = Millis::try_from(SUBSCRIPTION_LIFETIME.as_millis()).unwrap_or(Millis::MAX);
         let out = self
             .client
-            .delete_item()
+            .update_item()
             .table_name(&self.table)
             .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
+            .update_expression("SET closed = :yes, #ttl = if_not_exists(#ttl, :ttl) REMOVE addrs")
+            .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":yes", AttributeValue::Bool(true))
+            .expression_attribute_values(":ttl", n(ttl_secs(now.saturating_add(lifetime))))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
             .await
             .tally(&self.metrics)
-            .map_err(|e| sdk_err("DeleteItem connection", e))?;
+            .map_err(|e| sdk_err("UpdateItem connection", e))?;
         let addresses: Vec<String> = out
             .attributes
             .as_ref()

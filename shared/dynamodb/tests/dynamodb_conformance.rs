@@ -787,6 +787,48 @@ mod expiry_watches {
         sent[0].0.to_body()
     }
 
+    /// `$disconnect` removes a connection's subscriptions and marks it closed: a subscribe after
+    /// it is refused, and one racing it is either removed with the others or refused — never
+    /// left behind.
+    #[tokio::test]
+    async fn a_subscribe_racing_disconnect_leaves_no_subscription() {
+        let store = super::dynamo().await;
+        let id = address(&store, None).await;
+        subscribe(&store, &id, "connF=", None, T0).await;
+        assert_eq!(
+            store.drop_connection("connF=", T0).await.expect("drop"),
+            vec![id.clone()]
+        );
+        assert_eq!(store.live_subscribers(&id, T0).await, Ok(vec![]));
+        let again = store.subscribe_socket(&id, "connF=", UNTIL, T0).await;
+        assert_eq!(again, Ok(Subscribed::Closed), "after its $disconnect");
+        // A connection that never subscribed is marked too.
+        assert_eq!(store.drop_connection("connG=", T0).await, Ok(vec![]));
+        let late = store.subscribe_socket(&id, "connG=", UNTIL, T0).await;
+        assert_eq!(late, Ok(Subscribed::Closed));
+        assert_eq!(store.live_subscribers(&id, T0).await, Ok(vec![]));
+
+        for n in 0..12 {
+            let conn = format!("race{n}=");
+            let (subscribed, dropped) = tokio::join!(
+                store.subscribe_socket(&id, &conn, UNTIL, T0),
+                store.drop_connection(&conn, T0)
+            );
+            let subscribed = subscribed.expect("subscribe");
+            let dropped = dropped.expect("drop");
+            match subscribed {
+                Subscribed::Yes => assert_eq!(dropped, vec![id.clone()], "{conn}"),
+                Subscribed::Closed => assert!(dropped.is_empty(), "{conn}: {dropped:?}"),
+                other => panic!("{conn}: {other:?}"),
+            }
+            assert_eq!(
+                store.live_subscribers(&id, T0).await,
+                Ok(vec![]),
+                "{conn}: {subscribed:?}"
+            );
+        }
+    }
+
     #[tokio::test]
     async fn an_expiry_is_told_once_to_every_subscribed_socket() {
         let queue = Arc::new(Queue::default());
