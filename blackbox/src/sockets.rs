@@ -41,6 +41,51 @@ pub async fn connect(url: &str) -> Ws {
     ws
 }
 
+/// Opens the socket with a `User-Agent` of its own: API Gateway's Management API answers a
+/// connection's `identity.userAgent` (`GET @connections/{id}`), by which a test finds its own
+/// connection among the gateway's.
+pub async fn connect_as(url: &str, user_agent: &str) -> Ws {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::http::HeaderValue;
+    let mut request = url
+        .into_client_request()
+        .unwrap_or_else(|e| panic!("a socket request for {url}: {e}"));
+    let agent = HeaderValue::from_str(user_agent)
+        .unwrap_or_else(|e| panic!("User-Agent {user_agent:?}: {e}"));
+    request.headers_mut().insert("user-agent", agent);
+    let (ws, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .unwrap_or_else(|e| panic!("connect the socket {url}: {e}"));
+    ws
+}
+
+/// What a socket said next (within 10 s).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Said {
+    /// A text frame, as JSON.
+    Frame(Value),
+    /// The server closed the socket: its close frame's code, or `None` when it sent none or
+    /// the connection broke.
+    Closed(Option<u16>),
+}
+
+/// The next text frame, or how the socket closed.
+pub async fn next_or_close(ws: &mut Ws) -> Said {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .unwrap_or_else(|_| panic!("no frame within 10 s"));
+        match frame {
+            Some(Ok(Message::Text(t))) => {
+                return Said::Frame(serde_json::from_str(t.as_str()).unwrap_or(Value::Null))
+            }
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(Some(cf)))) => return Said::Closed(Some(cf.code.into())),
+            _ => return Said::Closed(None),
+        }
+    }
+}
+
 pub async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into()))
         .await

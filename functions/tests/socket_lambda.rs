@@ -168,3 +168,232 @@ async fn gone_connections_are_unsubscribed_and_throttled_posts_retried() {
         .unwrap_or_else(|e| panic!("get: {e:?}"));
     assert!(left.item.is_none(), "the gone connection is unsubscribed");
 }
+
+/// Ends the gateway's connection whose client said `agent` as its `User-Agent`, as API
+/// Gateway does at the end of a connection's 2 hours: `DELETE @connections/{id}` (the
+/// Management API the functions use), found through the emulator's list of live connections.
+async fn drop_connection_of(http: &reqwest::Client, ws_url: &str, agent: &str) {
+    let ids: Vec<String> = http
+        .get(format!("{}/__wsgateway/connections", gateway(ws_url)))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("list connections: {e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("list connections: {e}"));
+    let mut stage = reqwest::Url::parse(ws_url).unwrap_or_else(|e| panic!("{ws_url}: {e}"));
+    if stage.set_scheme("http").is_err() {
+        panic!("{ws_url} is not a ws:// URL");
+    }
+    for id in ids {
+        let mut conn = stage.clone();
+        conn.path_segments_mut()
+            .unwrap_or_else(|()| panic!("{ws_url} has no path"))
+            .pop_if_empty()
+            .push("@connections")
+            .push(&id);
+        let info = http
+            .get(conn.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {conn}: {e}"));
+        if info.status() != 200 {
+            continue; // it closed meanwhile
+        }
+        let info: serde_json::Value = info.json().await.unwrap_or_default();
+        if info["identity"]["userAgent"] == agent {
+            let r = http
+                .delete(conn.clone())
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("DELETE {conn}: {e}"));
+            assert_eq!(r.status(), 204, "DELETE {conn}");
+            return;
+        }
+    }
+    panic!("no live connection of {agent}");
+}
+
+/// Reads the feed from `cursor` to its end, following `next_cursor`; a read the address's poll
+/// limit refuses is tried again after its `retry_after_seconds`.
+async fn read_feed(
+    c: &Client,
+    a: &agentaddress_blackbox::Address,
+    cursor: &mut u64,
+    read: &mut Vec<serde_json::Value>,
+) {
+    loop {
+        let page = c.events(a, &format!("after={cursor}")).await;
+        if page.status == 429 {
+            let wait = page.json["error"]["retry_after_seconds"]
+                .as_u64()
+                .unwrap_or(1);
+            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            continue;
+        }
+        assert_eq!(page.status, 200, "read the feed: {}", page.text);
+        for e in page.json["events"].as_array().cloned().unwrap_or_default() {
+            read.push(e);
+        }
+        *cursor = page.json["next_cursor"].as_u64().unwrap_or(*cursor);
+        if page.json["has_more"] != true {
+            return;
+        }
+    }
+}
+
+/// API Gateway ends every socket after at most 2 hours, and may end one sooner: a client that
+/// reconnects and subscribes with its cursor loses nothing (docs/API.md §17). Four writers
+/// deliver while the gateway drops the reader's socket twice; after each drop two more events
+/// arrive before the reader is back. The reader follows every `notify` (and each `subscribed`
+/// ahead of its cursor) with a feed read, and reads every event once, in order; `$disconnect`
+/// removes the dropped connections' subscriptions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_socket_the_gateway_drops_is_resumed_with_its_cursor_and_loses_nothing() {
+    use agentaddress_blackbox::sockets::Said;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    const WRITERS: u64 = 4;
+    const EACH: u64 = 4;
+    const DROPS: u64 = 2;
+    const TOTAL: u64 = WRITERS * EACH + DROPS * 2;
+    let c = client();
+    let a = c.new_address().await;
+    let url = sockets::ws_url(&a);
+    let agent = format!("agentaddress-test-reconnect/{}", a.id);
+    let http = reqwest::Client::new();
+
+    let (mut cursor, mut read, mut closes) = (0u64, Vec::new(), Vec::new());
+    let mut ws = sockets::connect_as(&url, &agent).await;
+    sockets::send(&mut ws, sockets::subscribe(&a, cursor)).await;
+    let f = sockets::next(&mut ws).await.unwrap_or_default();
+    assert_eq!(f["type"], "subscribed", "{f}");
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (c, a) = (c.clone(), a.clone());
+            tokio::spawn(async move {
+                for n in 0..EACH {
+                    c.deliver(&a, &json!({"writer": w, "n": n}), None)
+                        .await
+                        .expect_status(202, "deliver");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        })
+        .collect();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut drops = 0;
+    while cursor < TOTAL {
+        assert!(
+            Instant::now() < deadline,
+            "read {cursor} of {TOTAL} in 2 minutes"
+        );
+        match sockets::next_or_close(&mut ws).await {
+            Said::Frame(f) if f["type"] == "notify" => {
+                assert_eq!(f["address_id"], a.id.as_str(), "{f}");
+                if f["last_sequence"].as_u64().unwrap_or(0) > cursor {
+                    read_feed(&c, &a, &mut cursor, &mut read).await;
+                }
+            }
+            Said::Frame(f) => panic!("an unexpected frame: {f}"),
+            Said::Closed(code) => {
+                closes.push(code);
+                for k in 0..2 {
+                    c.deliver(&a, &json!({"gap": closes.len(), "k": k}), None)
+                        .await
+                        .expect_status(202, "deliver while the reader is away");
+                }
+                ws = sockets::connect_as(&url, &agent).await;
+                sockets::send(&mut ws, sockets::subscribe(&a, cursor)).await;
+                // A writer's `notify` may come before the answer: its append committed after
+                // the subscription did, while the `ws` function was still answering.
+                let f = loop {
+                    let f = sockets::next(&mut ws).await.unwrap_or_default();
+                    if f["type"] != "notify" {
+                        break f;
+                    }
+                };
+                assert_eq!(f["type"], "subscribed", "{f}");
+                assert!(
+                    f["last_sequence"].as_u64().unwrap_or(0) >= cursor + 2,
+                    "subscribed tells what came meanwhile: {f} after {cursor}"
+                );
+                read_feed(&c, &a, &mut cursor, &mut read).await;
+            }
+        }
+        // The gateway drops the socket after a quarter of the events, and again after half.
+        if drops < DROPS && cursor >= (drops + 1) * TOTAL / 4 {
+            drop_connection_of(&http, &url, &agent).await;
+            drops += 1;
+        }
+    }
+    for w in writers {
+        w.await.unwrap_or_else(|e| panic!("a writer failed: {e}"));
+    }
+
+    let sequences: Vec<u64> = read.iter().filter_map(|e| e["sequence"].as_u64()).collect();
+    assert_eq!(
+        sequences,
+        (1..=TOTAL).collect::<Vec<_>>(),
+        "each event once, in order"
+    );
+    let mut bodies: Vec<String> = read.iter().map(|e| e["data"].to_string()).collect();
+    bodies.sort();
+    let mut sent: Vec<String> = (0..WRITERS)
+        .flat_map(|w| (0..EACH).map(move |n| json!({"writer": w, "n": n}).to_string()))
+        .chain((1..=DROPS).flat_map(|g| (0..2).map(move |k| json!({"gap": g, "k": k}).to_string())))
+        .collect();
+    sent.sort();
+    assert_eq!(bodies, sent, "every delivery was read");
+    // The gateway's own close (1001 "Going away"), each time.
+    assert_eq!(closes, vec![Some(1001); DROPS as usize]);
+
+    // Still subscribed on the last socket: the next event is told.
+    c.deliver(&a, &json!({"after": "all"}), None)
+        .await
+        .expect_status(202, "deliver");
+    let told = loop {
+        match sockets::next_or_close(&mut ws).await {
+            Said::Frame(f) if f["last_sequence"] == TOTAL + 1 => break f,
+            Said::Frame(f) => assert_eq!(f["type"], "notify", "{f}"),
+            Said::Closed(code) => panic!("closed ({code:?}) before the last notify"),
+        }
+    };
+    assert_eq!(told["type"], "notify", "{told}");
+
+    // `$disconnect` took the dropped connections' subscriptions: one is left, the live one's.
+    let table = std::env::var("AGENTADDRESS_LAMBDA_TABLE")
+        .unwrap_or_else(|_| panic!("AGENTADDRESS_LAMBDA_TABLE is not set: run scripts/test"));
+    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let subs = ddb
+            .query()
+            .table_name(&table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :w)")
+            .expression_attribute_values(":pk", AttributeValue::S(format!("A#{}", a.id)))
+            .expression_attribute_values(":w", AttributeValue::S("W#".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("query the subscriptions: {e:?}"));
+        let left: Vec<String> = subs
+            .items()
+            .iter()
+            .filter_map(|i| i.get("sk").and_then(|v| v.as_s().ok()).cloned())
+            .collect();
+        if left.len() == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dropped connections' subscriptions are left: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
