@@ -94,17 +94,9 @@ pub async fn send(ws: &mut Ws, v: Value) {
 
 /// The next text frame as JSON (within 10 s), or `None` when the socket closed.
 pub async fn next(ws: &mut Ws) -> Option<Value> {
-    loop {
-        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .unwrap_or_else(|_| panic!("no frame within 10 s"));
-        match frame {
-            Some(Ok(Message::Text(t))) => {
-                return Some(serde_json::from_str(t.as_str()).unwrap_or(Value::Null))
-            }
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            _ => return None,
-        }
+    match next_or_close(ws).await {
+        Said::Frame(v) => Some(v),
+        Said::Closed(_) => None,
     }
 }
 

@@ -49,6 +49,14 @@ async fn hostile_frames_never_crash_anything() {
     .await;
 }
 
+/// The Lambda stack's table, and a DynamoDB client for it.
+async fn stack_table() -> (String, aws_sdk_dynamodb::Client) {
+    let table = std::env::var("AGENTADDRESS_LAMBDA_TABLE")
+        .unwrap_or_else(|_| panic!("AGENTADDRESS_LAMBDA_TABLE is not set: run scripts/test"));
+    let sdk = agentaddress_dynamodb::sdk_config().await;
+    (table, aws_sdk_dynamodb::Client::new(&sdk))
+}
+
 /// The gateway emulator's base (`http://HOST:PORT`), from the socket URL handed out.
 fn gateway(ws_url: &str) -> String {
     let rest = ws_url.trim_start_matches("ws://");
@@ -97,11 +105,8 @@ async fn racing_subscribes_respect_the_cap_exactly() {
 async fn gone_connections_are_unsubscribed_and_throttled_posts_retried() {
     use aws_sdk_dynamodb::types::AttributeValue;
     let c = client();
-    let table = std::env::var("AGENTADDRESS_LAMBDA_TABLE")
-        .unwrap_or_else(|_| panic!("AGENTADDRESS_LAMBDA_TABLE is not set: run scripts/test"));
+    let (table, ddb) = stack_table().await;
     let a = c.new_address().await;
-    let sdk = agentaddress_dynamodb::sdk_config().await;
-    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let ttl = (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -366,10 +371,7 @@ async fn a_socket_the_gateway_drops_is_resumed_with_its_cursor_and_loses_nothing
     assert_eq!(told["type"], "notify", "{told}");
 
     // `$disconnect` took the dropped connections' subscriptions: one is left, the live one's.
-    let table = std::env::var("AGENTADDRESS_LAMBDA_TABLE")
-        .unwrap_or_else(|_| panic!("AGENTADDRESS_LAMBDA_TABLE is not set: run scripts/test"));
-    let sdk = agentaddress_dynamodb::sdk_config().await;
-    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let (table, ddb) = stack_table().await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let subs = ddb
