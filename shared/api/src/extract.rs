@@ -50,6 +50,12 @@ pub fn client_ip(parts: &Parts) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The client a request counts against for per-client limits (the address creation rate):
+/// its IPv4 address or its IPv6 /64 (`agentaddress_core::domain::client`).
+pub fn client_key(parts: &Parts) -> String {
+    crate::domain::client::ClientKey::of_text(&client_ip(parts))
+}
+
 /// The public base URL: configured, or derived from the request's Host and
 /// X-Forwarded-Proto headers. The router's hygiene layer has already refused an invalid or
 /// repeated Host and put an absolute-form target's authority in Host (docs/API.md, "Request

@@ -59,7 +59,8 @@ fn root_url(base: &str, address_id: &str) -> String {
 pub async fn create_address(State(state): State<AppState>, parts: Parts, body: Body) -> ApiResult {
     let now = state.clock.now();
     let limits = &state.config.limits;
-    let ip = client_ip(&parts);
+    // One client is an IPv4 address or an IPv6 /64 (docs/API.md §6).
+    let ip = client_key(&parts);
     if let Some(retry_after) = state
         .store
         .hit_rate_limit(&format!("create:{ip}"), limits.creations_per_minute, now)

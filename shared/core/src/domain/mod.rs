@@ -1,6 +1,7 @@
 //! The domain: ids, secrets, time, limits, validation and the inbox envelope rule.
 //! Pure code with no I/O, so every deployment applies exactly the same rules.
 
+pub mod client;
 pub mod envelope;
 pub mod ids;
 pub mod label;
