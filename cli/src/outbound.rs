@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentaddress_api::outbound::{DeliveryLoop, Outbound, RetryPolicy};
-use agentaddress_outbound::{check_sender, SmtpRelay};
+use agentaddress_outbound::{check_relay_url, check_sender, SmtpRelay};
 
 #[derive(Debug, clap::Args)]
 pub struct OutboundArgs {
@@ -20,7 +20,7 @@ pub struct OutboundArgs {
     /// The SMTP smarthost outbound email goes through: `smtp://host:25` (plain),
     /// `smtp://user@host:587?tls=required` (STARTTLS) or `smtps://user@host:465` (implicit
     /// TLS). No password in the URL: see --smtp-relay-password-file.
-    #[arg(long, env = "AGENTADDRESS_SMTP_RELAY")]
+    #[arg(long, env = "AGENTADDRESS_SMTP_RELAY", value_parser = RelayUrlParser)]
     pub smtp_relay: Option<String>,
 
     /// A file holding the relay user's password (one line). Or set
@@ -51,21 +51,53 @@ pub struct OutboundArgs {
     pub outbound_tick_ms: u64,
 }
 
+/// `--smtp-relay`, checked as clap reads it ([`check_relay_url`]: no password in it). A refusal
+/// names the flag and the rule, never the URL — which may hold a password, where clap's own
+/// "invalid value '…'" would print it (a usage error, exit 2).
+#[derive(Clone, Copy)]
+struct RelayUrlParser;
+
+impl clap::builder::TypedValueParser for RelayUrlParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let broken = match value.to_str() {
+            Some(url) => match check_relay_url(url) {
+                Ok(()) => return Ok(url.to_owned()),
+                Err(rule) => rule,
+            },
+            None => "the SMTP relay URL must be text (UTF-8)".to_owned(),
+        };
+        Err(clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!("--smtp-relay (AGENTADDRESS_SMTP_RELAY): {broken} (the value is not shown)\n"),
+        )
+        .with_cmd(cmd))
+    }
+}
+
 /// The relay password: the file's first line, else `AGENTADDRESS_SMTP_RELAY_PASSWORD`.
 fn password(args: &OutboundArgs) -> Result<Option<String>, String> {
+    // The path is not repeated: someone may have given the password itself.
     if let Some(path) = &args.smtp_relay_password_file {
         let text = std::fs::read_to_string(path).map_err(|e| {
             format!(
-                "cannot read the SMTP relay password file {}: {e}",
-                path.display()
+                "--smtp-relay-password-file (AGENTADDRESS_SMTP_RELAY_PASSWORD_FILE) must name \
+                 a readable file holding the relay password: {e} (the path is not shown)"
             )
         })?;
         let line = text.lines().next().unwrap_or("").to_owned();
         if line.is_empty() {
-            return Err(format!(
-                "the SMTP relay password file {} is empty",
-                path.display()
-            ));
+            return Err(
+                "--smtp-relay-password-file (AGENTADDRESS_SMTP_RELAY_PASSWORD_FILE) must name a \
+                 file whose first line is the relay password; that line is empty"
+                    .into(),
+            );
         }
         return Ok(Some(line));
     }
@@ -103,7 +135,9 @@ pub fn configure(args: &OutboundArgs) -> Result<Option<(Arc<Outbound>, DeliveryL
             })?),
             None => None,
         };
-    let relay = SmtpRelay::new(url, password(args)?.as_deref(), ca.as_deref())?;
+    // The relay's errors name the rule broken, never the password (nor the URL).
+    let relay = SmtpRelay::new(url, password(args)?.as_deref(), ca.as_deref())
+        .map_err(|e| format!("--smtp-relay (AGENTADDRESS_SMTP_RELAY): {e}"))?;
     let delivery = DeliveryLoop::new();
     let outbound = Outbound {
         from: from.clone(),

@@ -93,11 +93,19 @@ pub struct ServeArgs {
     )]
     max_connections_per_ip: u64,
 
-    /// MiB that pages of events being written to clients may hold together; past it pages
-    /// are cut shorter (at least one event each).
+    /// MiB that pages of events being written to clients (feed pages and event streams, over
+    /// HTTP/1.1 and HTTP/2) may hold together; past it pages are cut shorter, and a read that
+    /// finds no room for its next event waits for some (a long poll 10 s, then 503).
     #[arg(long, env = "AGENTADDRESS_PAGE_MEMORY_MIB", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(4..=65_536))]
     page_memory_mib: u64,
+
+    /// MiB of that memory one client (an IPv4 address or an IPv6 /64) may hold at most; its
+    /// further pages wait for its own to be written. Behind a reverse proxy every client has
+    /// the proxy's IP: raise it to --page-memory-mib.
+    #[arg(long, env = "AGENTADDRESS_PAGE_MEMORY_PER_CLIENT_MIB", default_value_t = 16,
+          value_parser = clap::value_parser!(u64).range(4..=65_536))]
+    page_memory_per_client_mib: u64,
 
     /// Serve Prometheus metrics (`GET /metrics`) on this address (port 0: a free one, printed).
     /// Off by default: metrics are for the operator, so keep it on a private interface.
@@ -117,6 +125,13 @@ pub struct ServeArgs {
           default_value_t = stream::MAX_DURATION.as_millis() as u64,
           value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     stream_max_ms: u64,
+
+    /// Milliseconds between the server's pings of a wake-up socket (docs/API.md §17: 30 s); a
+    /// socket that answers nothing until the next ping is closed. A testing knob: leave it alone.
+    #[arg(long, env = "AGENTADDRESS_WS_PING_MS", hide = true,
+          default_value_t = crate::socket::PING_INTERVAL.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
+    ws_ping_ms: u64,
 
     #[command(flatten)]
     smtp: crate::smtp::SmtpArgs,
@@ -192,7 +207,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_outbound(delivery.as_ref().map(|(o, _)| Arc::clone(o)))
         .with_clock(Arc::clone(&clock))
         .with_shutdown(shutdown_rx.clone())
-        .with_page_budget(PageBudget::new(args.page_memory_mib * 1024 * 1024))
+        .with_page_budget(PageBudget::new(
+            args.page_memory_mib * 1024 * 1024,
+            args.page_memory_per_client_mib.min(args.page_memory_mib) * 1024 * 1024,
+        ))
         .with_streams(Some(StreamSettings {
             heartbeat: Duration::from_millis(args.stream_heartbeat_ms),
             max_duration: Duration::from_millis(args.stream_max_ms),
@@ -209,6 +227,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_state(crate::socket::Sockets {
             state: state.clone(),
             counts: Default::default(),
+            ping_every: Duration::from_millis(args.ws_ping_ms),
         });
     let app = sockets
         .merge(agentaddress_mcp::router(state))

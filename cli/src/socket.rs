@@ -22,6 +22,9 @@ pub use protocol::{MAX_FRAME_BYTES, MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS};
 /// How often a socket checks that its addresses still live: an expiry is learnt this late at
 /// most (a deletion wakes it at once).
 const LIVENESS_CHECK: Duration = Duration::from_secs(30);
+/// How often the server pings a socket (docs/API.md §17); one that sends nothing back (no
+/// pong, no frame at all) until the next ping is closed with 1001.
+pub const PING_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Sockets per address, for [`MAX_SOCKETS_PER_ADDRESS`].
 #[derive(Default)]
@@ -60,6 +63,8 @@ impl SocketCounts {
 pub struct Sockets {
     pub state: AppState,
     pub counts: Arc<SocketCounts>,
+    /// [`PING_INTERVAL`], but for tests.
+    pub ping_every: Duration,
 }
 
 pub async fn upgrade(State(sockets): State<Sockets>, ws: WebSocketUpgrade) -> Response {
@@ -94,10 +99,23 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
     let mut shutdown = state.shutdown.clone();
     let mut liveness = tokio::time::interval(LIVENESS_CHECK);
     liveness.tick().await;
+    let mut ping = tokio::time::interval(sockets.ping_every);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    // Whether the client sent anything since the last ping.
+    let mut heard = true;
     loop {
         tokio::select! {
             frame = socket.recv() => {
-                let Some(Ok(frame)) = frame else { break };
+                let frame = match frame {
+                    Some(Ok(frame)) => frame,
+                    Some(Err(e)) => {
+                        refuse(&mut socket, e).await;
+                        break;
+                    }
+                    None => break,
+                };
+                heard = true;
                 let reply = match frame {
                     Message::Text(t) => {
                         handle(t.as_str(), state, signal, &sockets.counts, &mut subs, &mut wakeups).await
@@ -117,6 +135,17 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
                     break;
                 }
             }
+            _ = ping.tick() => {
+                if !heard {
+                    tracing::debug!("closing a wake-up socket: no answer to the last ping");
+                    let _ = socket.send(close(1001, "no answer to ping")).await;
+                    break;
+                }
+                heard = false;
+                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                    break;
+                }
+            }
             _ = liveness.tick() => {
                 let ids: Vec<String> = subs.keys().cloned().collect();
                 let mut closed = false;
@@ -131,10 +160,7 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
                 }
             }
             _ = shutdown.changed() => {
-                let _ = socket.send(Message::Close(Some(axum::extract::ws::CloseFrame {
-                    code: 1001,
-                    reason: "the server is shutting down".into(),
-                }))).await;
+                let _ = socket.send(close(1001, "the server is shutting down")).await;
                 break;
             }
         }
@@ -235,6 +261,36 @@ async fn handle(
             Some(protocol::subscribed(&id, last))
         }
     }
+}
+
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(axum::extract::ws::CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}
+
+/// After a frame the socket could not read: the close code that says why (docs/API.md §17),
+/// when the connection can still carry one — 1009 for a frame or message over 16 KiB, 1007
+/// for text that is not UTF-8, 1002 for a broken frame.
+async fn refuse(socket: &mut WebSocket, error: axum::Error) {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error};
+    let (code, reason) = match error.into_inner().downcast::<Error>().map(|e| *e) {
+        Ok(Error::Capacity(CapacityError::MessageTooLong { .. })) => {
+            (1009, "message too big: a frame is at most 16 KiB")
+        }
+        Ok(Error::Capacity(_)) => (1009, "message too big"),
+        Ok(Error::Utf8(_)) => (1007, "text frames are UTF-8"),
+        Ok(Error::Protocol(_)) => (1002, "protocol error"),
+        // The connection itself failed: nothing can be said on it.
+        _ => return,
+    };
+    tracing::debug!(
+        code,
+        reason,
+        "closing a wake-up socket on a frame it could not read"
+    );
+    let _ = socket.send(close(code, reason)).await;
 }
 
 fn text(v: &Value) -> Message {

@@ -55,6 +55,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentaddress_api::hygiene::SocketRequest;
+use agentaddress_core::domain::client::ClientKey;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::Request;
@@ -109,7 +110,8 @@ pub const MAX_REFUSING: usize = 16;
 pub struct Registry {
     limits: Arc<ConnLimits>,
     active: AtomicUsize,
-    per_ip: Mutex<HashMap<IpAddr, usize>>,
+    /// Open connections per client: an IPv4 address or an IPv6 /64.
+    per_ip: Mutex<HashMap<ClientKey, usize>>,
     refusing: AtomicUsize,
 }
 
@@ -130,6 +132,7 @@ impl Registry {
     }
 
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, Refusal> {
+        let ip = ClientKey::of(ip);
         if self.active.fetch_add(1, Ordering::AcqRel) >= self.limits.max_connections {
             self.active.fetch_sub(1, Ordering::AcqRel);
             return Err(Refusal::ServerFull);
@@ -201,7 +204,7 @@ static CLIENT_FULL: LazyLock<Vec<u8>> = LazyLock::new(|| {
 #[derive(Debug)]
 struct Slot {
     registry: Arc<Registry>,
-    ip: IpAddr,
+    ip: ClientKey,
 }
 
 impl Drop for Slot {
@@ -227,12 +230,20 @@ impl Drop for Slot {
 #[derive(Debug)]
 struct ConnState {
     limits: Arc<ConnLimits>,
+    /// Set when the connection is upgraded (the wake-up socket): it then lingers when its
+    /// handler drops it ([`Lingering`]).
+    upgraded: Arc<AtomicBool>,
     in_flight: AtomicUsize,
     /// Bumped each time the last request in flight ends: a new idle period.
     idle_epoch: AtomicU64,
+    /// Set once the connection is known to speak HTTP/2 (its preface, or a request).
     http2: AtomicBool,
-    /// The socket's reader, woken when an idle period begins so that it arms its deadline.
+    /// The socket's reader, woken when an idle period begins, or an answer starts waiting
+    /// for the client, so that it arms its deadline.
     read_waker: AtomicWaker,
+    /// Answers that handed a chunk to the HTTP library and wait for it to ask for the next,
+    /// with since when (see [`Stalls`]).
+    stalls: Stalls,
 }
 
 impl ConnState {
@@ -241,6 +252,55 @@ impl ConnState {
         InFlight(Arc::clone(self))
     }
 }
+
+/// The answers of a connection that wait for their client to take more.
+///
+/// Over HTTP/1.1 a client that stops reading makes the socket block, and the write timeout
+/// drops the connection. Over HTTP/2 the socket never blocks: a client that keeps a stream's
+/// flow-control window closed leaves that stream's data with the HTTP library, which then
+/// stops asking the answer for more. So each answer's body says when it handed out a chunk
+/// and is not asked for the next; when one has waited for the write timeout, the connection's
+/// reader ends the connection — which resets its streams and gives back every byte they held
+/// (hyper offers no way to reset one stream from outside). Bodies are handed out in chunks of
+/// at most [`CHUNK`] bytes, so that a stalled stream shows while the library holds one chunk.
+#[derive(Debug, Default)]
+struct Stalls {
+    next_id: AtomicU64,
+    waiting: Mutex<HashMap<u64, Instant>>,
+}
+
+impl Stalls {
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn waiting_since(&self, id: u64, since: Instant) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id, since);
+    }
+
+    fn resumed(&self, id: u64) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&id);
+    }
+
+    /// Since when the answer that has waited longest has waited.
+    fn oldest(&self) -> Option<Instant> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .min()
+            .copied()
+    }
+}
+
+/// The largest piece of an answer's body handed to the HTTP library at once.
+pub const CHUNK: usize = 16 * 1024;
 
 /// A request in flight on its connection, until its answer's body is done.
 #[derive(Debug)]
@@ -348,14 +408,18 @@ impl axum::serve::Listener for GuardListener {
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                     }
+                    let upgraded = Arc::new(AtomicBool::new(false));
+                    let io = Lingering::new(stream).on_drop(Arc::clone(&upgraded));
                     let state = Arc::new(ConnState {
+                        upgraded,
                         limits: Arc::clone(&self.registry.limits),
                         in_flight: AtomicUsize::new(0),
                         idle_epoch: AtomicU64::new(0),
                         http2: AtomicBool::new(false),
                         read_waker: AtomicWaker::new(),
+                        stalls: Stalls::default(),
                     });
-                    return (Guarded::new(Lingering::new(stream), state, slot), addr);
+                    return (Guarded::new(io, state, slot), addr);
                 }
                 Err(why) => self.registry.refuse(stream, why),
             }
@@ -380,7 +444,13 @@ pub struct Guarded<I> {
     write_since: Option<Instant>,
     write_timer: Option<Pin<Box<Sleep>>>,
     expired: bool,
+    /// How many bytes of the HTTP/2 preface (`PRI * HTTP/2.0…`) the connection's first bytes
+    /// matched so far; `None` once it is known either way.
+    preface: Option<usize>,
 }
+
+/// The start of the HTTP/2 connection preface: no HTTP/1 request starts so.
+const PREFACE: &[u8] = b"PRI ";
 
 impl<I> Guarded<I> {
     fn new(io: I, state: Arc<ConnState>, slot: Slot) -> Self {
@@ -395,6 +465,24 @@ impl<I> Guarded<I> {
             write_since: None,
             write_timer: None,
             expired: false,
+            preface: Some(0),
+        }
+    }
+
+    /// Looks for the HTTP/2 preface in the connection's first bytes: an HTTP/2 connection's
+    /// idle time is counted from its start, not as an HTTP/1 request head.
+    fn sniff(&mut self, read: &[u8]) {
+        let Some(seen) = self.preface else {
+            return;
+        };
+        let take = read.len().min(PREFACE.len() - seen);
+        if read[..take] != PREFACE[seen..seen + take] {
+            self.preface = None;
+        } else if seen + take == PREFACE.len() {
+            self.preface = None;
+            self.state.http2.store(true, Ordering::Relaxed);
+        } else {
+            self.preface = Some(seen + take);
         }
     }
 
@@ -446,6 +534,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
         let before = buf.filled().len();
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
+                if this.preface.is_some() {
+                    this.sniff(&buf.filled()[before..]);
+                }
                 if buf.filled().len() > before && this.state.in_flight.load(Ordering::Acquire) == 0
                 {
                     this.refresh_epoch();
@@ -456,9 +547,21 @@ impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
             Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
             Poll::Pending => {}
         }
-        // Register first, then look: an idle period that begins after the look wakes us.
+        // Register first, then look: an idle period that begins after the look wakes us, and
+        // so does an answer that starts waiting for the client.
         this.state.read_waker.register(cx.waker());
         if this.state.in_flight.load(Ordering::Acquire) > 0 {
+            let Some(since) = this.state.stalls.oldest() else {
+                return Poll::Pending;
+            };
+            let deadline = since + this.state.limits.write_timeout;
+            if poll_deadline(&mut this.read_timer, deadline, cx).is_ready() {
+                this.expired = true;
+                tracing::debug!(
+                    "closing a connection: a stream's client did not take its answer in time"
+                );
+                return Poll::Ready(Err(timed_out("an answer was not read in time")));
+            }
             return Poll::Pending;
         }
         this.refresh_epoch();
@@ -670,15 +773,11 @@ where
             // keep the connection's state alive after the connection is gone.
             if let Some(in_flight) = this.in_flight.take() {
                 in_flight.0.in_flight.fetch_add(1, Ordering::AcqRel);
+                in_flight.0.upgraded.store(true, Ordering::Release);
             }
         }
         if let Some(in_flight) = this.in_flight.take() {
-            response = response.map(|body| {
-                Body::new(InFlightBody {
-                    inner: body,
-                    _in_flight: in_flight,
-                })
-            });
+            response = response.map(|body| Body::new(InFlightBody::new(body, in_flight)));
         }
         Poll::Ready(Ok(response))
     }
@@ -806,10 +905,53 @@ impl HttpBody for Tracked {
     }
 }
 
-/// An answer's body that keeps its request in flight until the server is done with it.
+/// An answer's body that keeps its request in flight until the server is done with it, hands
+/// its data out in chunks of at most [`CHUNK`] bytes, and tells its connection's [`Stalls`]
+/// while it waits for the HTTP library to ask for the next one.
 struct InFlightBody {
     inner: Body,
-    _in_flight: InFlight,
+    /// What is left of a data frame larger than a chunk (sharing its memory: a page's share of
+    /// the page budget is given back with its last piece).
+    rest: Bytes,
+    id: u64,
+    /// A chunk was handed out and the next one not asked for yet.
+    waiting: bool,
+    in_flight: InFlight,
+}
+
+impl InFlightBody {
+    fn new(inner: Body, in_flight: InFlight) -> Self {
+        Self {
+            inner,
+            rest: Bytes::new(),
+            id: in_flight.0.stalls.id(),
+            waiting: false,
+            in_flight,
+        }
+    }
+
+    fn handed_out(&mut self) {
+        if self.rest.is_empty() && self.inner.is_end_stream() {
+            return;
+        }
+        self.waiting = true;
+        let state = &self.in_flight.0;
+        state.stalls.waiting_since(self.id, Instant::now());
+        state.read_waker.wake();
+    }
+
+    fn next_chunk(&mut self) -> Bytes {
+        let take = self.rest.len().min(CHUNK);
+        self.rest.split_to(take)
+    }
+}
+
+impl Drop for InFlightBody {
+    fn drop(&mut self) {
+        if self.waiting {
+            self.in_flight.0.stalls.resumed(self.id);
+        }
+    }
 }
 
 impl HttpBody for InFlightBody {
@@ -820,15 +962,46 @@ impl HttpBody for InFlightBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let this = &mut *self;
+        if this.waiting {
+            this.waiting = false;
+            this.in_flight.0.stalls.resumed(this.id);
+        }
+        if !this.rest.is_empty() {
+            let chunk = this.next_chunk();
+            this.handed_out();
+            return Poll::Ready(Some(Ok(Frame::data(chunk))));
+        }
+        match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                let frame = match frame.into_data() {
+                    Ok(data) if data.len() > CHUNK => {
+                        this.rest = data;
+                        Frame::data(this.next_chunk())
+                    }
+                    Ok(data) => Frame::data(data),
+                    Err(other) => other,
+                };
+                this.handed_out();
+                Poll::Ready(Some(Ok(frame)))
+            }
+            other => Poll::Ready(other),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.rest.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let inner = self.inner.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower().saturating_add(rest));
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint
     }
 }
 
@@ -837,39 +1010,85 @@ pub const LINGER: Duration = Duration::from_secs(2);
 
 /// A connection whose shutdown lingers: it shuts its sending side, then reads and discards
 /// until the peer's end of stream, an error, or [`LINGER`].
+///
+/// hyper shuts an HTTP connection down itself; an upgraded one (the wake-up socket) is only
+/// dropped when its handler ends. Such a connection, marked by [`Lingering::on_drop`], lingers
+/// all the same, in a task of its own: otherwise what its client was still sending (the rest
+/// of a frame over the limit) would make the kernel reset the connection, and the client would
+/// lose the close frame that says why.
 #[derive(Debug)]
-pub struct Lingering<I> {
-    io: I,
+pub struct Lingering<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> {
+    /// Taken only by `drop`.
+    io: Option<I>,
     /// Set once the sending side is shut: the deadline of the discarding.
     closing: Option<Pin<Box<Sleep>>>,
+    /// When set, a connection dropped without a shutdown lingers in the background.
+    on_drop: Option<Arc<AtomicBool>>,
 }
 
-impl<I> Lingering<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> Lingering<I> {
     pub fn new(io: I) -> Self {
-        Self { io, closing: None }
+        Self {
+            io: Some(io),
+            closing: None,
+            on_drop: None,
+        }
+    }
+
+    /// Lingers when dropped without a shutdown if `flag` is set by then.
+    fn on_drop(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.on_drop = Some(flag);
+        self
+    }
+
+    fn io(&mut self) -> io::Result<Pin<&mut I>> {
+        self.io
+            .as_mut()
+            .map(Pin::new)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the connection is gone"))
+    }
+}
+
+impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> Drop for Lingering<I> {
+    fn drop(&mut self) {
+        let wanted = self
+            .on_drop
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Acquire));
+        if !wanted || self.closing.is_some() {
+            return;
+        }
+        let (Some(io), Ok(runtime)) = (self.io.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        runtime.spawn(async move {
+            let mut closing = Lingering::new(io);
+            let _ = tokio::time::timeout(LINGER + Duration::from_secs(1), closing.shutdown()).await;
+        });
     }
 }
 
 /// Reads one poll may discard before it yields to other tasks.
 const DISCARD_READS_PER_POLL: usize = 64;
 
-impl<I: AsyncRead + AsyncWrite + Unpin> AsyncRead for Lingering<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for Lingering<I> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        self.io()?.poll_read(cx, buf)
     }
 }
 
-impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Lingering<I> {
+impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncWrite for Lingering<I> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
+        self.io()?.poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -877,28 +1096,28 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Lingering<I> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+        self.io()?.poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        self.io.as_ref().is_some_and(AsyncWrite::is_write_vectored)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        self.io()?.poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.closing.is_none() {
-            std::task::ready!(Pin::new(&mut this.io).poll_shutdown(cx))?;
+            std::task::ready!(this.io()?.poll_shutdown(cx))?;
             this.closing = Some(Box::pin(tokio::time::sleep(LINGER)));
         }
         let mut scratch = [0u8; 4096];
         let mut waiting_for_data = false;
         for _ in 0..DISCARD_READS_PER_POLL {
             let mut buf = ReadBuf::new(&mut scratch);
-            match Pin::new(&mut this.io).poll_read(cx, &mut buf) {
+            match this.io()?.poll_read(cx, &mut buf) {
                 // The peer's end of stream, or a broken connection: nothing left to protect.
                 Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
                 Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
@@ -955,6 +1174,63 @@ mod tests {
             .unwrap_or_else(|e| panic!("peer task: {e}"))
             .unwrap_or_else(|e| panic!("the peer's writes failed: {e}"));
         assert!(rest.is_empty(), "the peer sees our end of stream");
+    }
+
+    #[tokio::test]
+    async fn an_upgraded_connection_dropped_without_a_shutdown_lingers_in_the_background() {
+        for upgraded in [true, false] {
+            let (ours, mut peer) = duplex(64);
+            let flag = Arc::new(AtomicBool::new(upgraded));
+            drop(Lingering::new(ours).on_drop(flag));
+            // The peer's 100 KB only get through a 64-byte pipe if someone reads them.
+            let wrote =
+                tokio::time::timeout(Duration::from_secs(1), peer.write_all(&[7u8; 100_000])).await;
+            if upgraded {
+                assert!(
+                    matches!(wrote, Ok(Ok(()))),
+                    "the dropped connection is drained: {wrote:?}"
+                );
+                let mut rest = Vec::new();
+                let read =
+                    tokio::time::timeout(Duration::from_secs(1), peer.read_to_end(&mut rest)).await;
+                assert!(
+                    matches!(read, Ok(Ok(0))),
+                    "then sees our end of stream: {read:?}"
+                );
+            } else {
+                assert!(
+                    !matches!(wrote, Ok(Ok(()))),
+                    "a plain drop closes at once: {wrote:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn ipv6_clients_share_the_connection_cap_of_their_64() {
+        let registry = Registry::new(ConnLimits {
+            max_connections_per_ip: 2,
+            ..ConnLimits::default()
+        });
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap_or_else(|e| panic!("{s}: {e}"));
+        let a = registry.admit(ip("2001:db8:7:7::1"));
+        let b = registry.admit(ip("2001:db8:7:7:ffff::2"));
+        assert!(a.is_ok() && b.is_ok());
+        assert_eq!(
+            registry.admit(ip("2001:db8:7:7:abcd::3")).err(),
+            Some(Refusal::ClientFull),
+            "a third address of the same /64 is the same client"
+        );
+        assert!(
+            registry.admit(ip("2001:db8:7:8::1")).is_ok(),
+            "another /64 is another client"
+        );
+        assert!(registry.admit(ip("192.0.2.1")).is_ok());
+        drop(a);
+        assert!(
+            registry.admit(ip("2001:db8:7:7::9")).is_ok(),
+            "a place given back"
+        );
     }
 
     #[tokio::test]

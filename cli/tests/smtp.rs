@@ -598,7 +598,8 @@ async fn a_stalled_message_times_out_and_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_being_received_share_a_memory_budget() {
-    // 1 MiB holds one message of the largest size (1 MiB): one DATA at a time.
+    // 1 MiB holds one message of the largest size (1 MiB), and a message holds memory by the
+    // bytes received: one nearly whole message takes all of it.
     let s = serve(&[
         "--max-email-bytes",
         "1048576",
@@ -621,15 +622,14 @@ async fn messages_being_received_share_a_memory_budget() {
     let (first, second) = sessions.split_at_mut(1);
     let (one, two) = (&mut first[0], &mut second[0]);
     starts(&one.cmd("DATA").await, "354");
-    let raw = message("budget-1@example.com", &a.email, "First");
-    let (head, tail) = raw.split_at(30);
-    one.send(head).await;
+    let raw = message("budget-1@example.com", &a.email, "First") + &"0123456789\r\n".repeat(83_000);
+    one.send(&raw).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     // The budget is in use: the second DATA waits up to the command timeout, then 452.
     assert_eq!(
         two.cmd("DATA").await,
         "452 4.3.1 Insufficient system resources, try again later"
     );
-    one.send(tail).await;
     assert_eq!(one.cmd(".").await, "250 2.0.0 OK");
     // Its transaction stands: DATA again, now that the budget is free.
     starts(&two.cmd("DATA").await, "354");

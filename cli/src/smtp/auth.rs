@@ -1,11 +1,19 @@
 //! SPF (RFC 7208), DKIM (RFC 6376) and DMARC (RFC 7489) of a received message, with the
 //! mail-auth crate, when `serve --smtp-check-auth` asks for them: the verdicts go into the
-//! event's `data.auth`. Nothing is refused on them: the consumer decides.
+//! event's `data.auth`. Nothing is refused on them: the consumer decides. What is refused is a
+//! message without a single author ([`ambiguous_author`], docs/API.md §10), unless
+//! `--smtp-allow-ambiguous-from`: nothing could be said of who wrote it.
 //!
 //! SPF checks the client's IP against the `MAIL FROM` domain (the `HELO` name for the null
-//! sender); DKIM every signature of the message (`pass` when one passes); DMARC the `From`
-//! domain's policy against both. DMARC alignment compares domains exactly (no public suffix
-//! list): a signature or envelope of a subdomain of the `From` domain does not align.
+//! sender); DKIM every signature of the message (`pass` when one passes); DMARC the author's
+//! domain's policy against both. The author is the one mailbox of the one `From` field, as
+//! `agentaddress_email::author` reads it — the same reading that gives the event its `from`,
+//! so the mailbox shown is the mailbox evaluated. A message with no single author (no `From`,
+//! several, several mailboxes, none parseable) is DMARC `permerror`: RFC 7489 §6.6.1 leaves
+//! it outside DMARC, and it must never pass (mail-auth would call several From domains
+//! `none`, the verdict of a domain without a policy). DMARC alignment compares domains exactly
+//! (no public suffix list): a signature or envelope of a subdomain of the `From` domain does
+//! not align.
 //!
 //! The lookups go to the system's resolver, or to `--smtp-dns-resolver`; all of them together
 //! are bounded by [`CHECK_TIMEOUT`], past which every verdict is `temperror`.
@@ -13,7 +21,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use agentaddress_email::{AuthResults, AuthVerdict};
+use agentaddress_email::{author, Ambiguity, AuthResults, AuthVerdict, Author, EmailLimits};
 use mail_auth::dmarc::verify::DmarcParameters;
 use mail_auth::hickory_resolver::config::{NameServerConfigGroup, ResolverConfig, ResolverOpts};
 use mail_auth::spf::verify::SpfParameters;
@@ -24,6 +32,29 @@ use mail_auth::{
 
 /// The longest the checks of one message may take together.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The reply to a message without a single author (RFC 7489 §6.6.1), docs/API.md §10.
+pub const AMBIGUOUS_AUTHOR_REPLY: &str =
+    "550 5.7.1 Message refused: its author is ambiguous (one From field with one mailbox is \
+     required)";
+
+/// Why `raw` has no single author, or `None` when it has one. A message that the bounds refuse
+/// is `None` too: delivery answers it with its own refusal (docs/API.md §10). The session read
+/// the message within the size limit already.
+pub fn ambiguous_author(raw: &[u8]) -> Option<Ambiguity> {
+    match author(raw, &unbounded_size()) {
+        Ok(Author::Ambiguous(why)) => Some(why),
+        _ => None,
+    }
+}
+
+/// The bounds of a message, but its size: the session has bounded that.
+fn unbounded_size() -> EmailLimits {
+    EmailLimits {
+        max_raw_bytes: usize::MAX,
+        ..EmailLimits::default()
+    }
+}
 
 /// The checker every session shares (it holds the resolver and its cache).
 pub struct Checker {
@@ -75,15 +106,30 @@ impl Checker {
         };
         let spf_output = self.authenticator.verify_spf(spf_params).await;
         let spf = spf_verdict(spf_output.result());
-        let Some(message) = AuthenticatedMessage::parse(raw) else {
+        // The one mailbox DMARC evaluates, read as the event's `from` is; without one, DMARC
+        // is `permerror`.
+        let mailbox = match author(raw, &unbounded_size()) {
+            Ok(Author::One { mailbox, .. }) => Some(mailbox),
+            _ => None,
+        };
+        let Some(mut message) = AuthenticatedMessage::parse(raw) else {
             return AuthResults {
                 spf,
                 dkim: AuthVerdict::None,
-                dmarc: AuthVerdict::None,
+                dmarc: AuthVerdict::Permerror,
             };
         };
+        // DKIM's third-party signatures (ATPS) read the From mailboxes too: the same one.
+        message.from = mailbox.into_iter().collect();
         let dkim_output = self.authenticator.verify_dkim(&message).await;
         let dkim = dkim_verdict(&dkim_output);
+        if message.from.is_empty() {
+            return AuthResults {
+                spf,
+                dkim,
+                dmarc: AuthVerdict::Permerror,
+            };
+        }
         let mail_from_domain = mail_from.rsplit_once('@').map_or(helo, |(_, d)| d);
         let dmarc_output = self
             .authenticator

@@ -2,14 +2,23 @@
 //! for the addresses' `email` and hands each message to the delivery pipeline
 //! (`agentaddress_email::deliver`), answering `250` only once the events are committed.
 //!
-//! **Admission** ([`Caps`]): a connection over the total cap, or over the cap of its client IP,
+//! "One client" is a [`ClientKey`]: an IPv4 address or an IPv6 /64 (docs/API.md §10).
+//!
+//! **Admission** ([`Caps`]): a connection over the total cap, or over the cap of its client,
 //! is answered `421 4.7.0` and closed.
 //!
 //! **Sessions** ([`session`]): a command must arrive within the command timeout (`421 4.4.2`
-//! then close); a message must arrive whole within the DATA timeout; a session ends after too
-//! many failed commands or too many commands (`421 4.7.0`). Command lines are at most 1,000
-//! bytes (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`). Messages being
-//! received share a memory budget: past it a `DATA` waits its turn, then gets `452 4.3.1`.
+//! then close); a message must arrive whole within the DATA timeout, and meanwhile keep coming
+//! (no stall, a least average rate: `421 4.4.2` then close); a session ends after too many
+//! failed commands or too many commands (`421 4.7.0`). Command lines are at most 1,000 bytes
+//! (`500 5.5.6`), messages at most the raw email limit (`552 5.3.4`), and only
+//! `<CR><LF>.<CR><LF>` ends one (a bare CR or LF refuses it: `550 5.6.0`).
+//!
+//! **Memory** ([`DataMemory`]): messages being received and delivered share a budget, taken by
+//! the bytes received in steps of [`STEP_KIB`] KiB, and one client may hold at most a share of
+//! it. A `DATA` whose first step cannot be had within the command timeout gets `452 4.3.1`
+//! (its transaction stands); a message that cannot grow within the command timeout is read to
+//! its end, discarded, and answered `452 4.3.1`.
 //!
 //! **Shutdown**: on the shutdown signal the server stops accepting, answers idle sessions
 //! `421 4.3.2` and closes them, and waits up to [`SHUTDOWN_GRACE`] for messages being received
@@ -27,12 +36,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use agentaddress_core::domain::client::ClientKey;
 use agentaddress_core::domain::{Clock, Limits};
 use agentaddress_core::store::Store;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
@@ -65,9 +76,17 @@ pub struct SmtpArgs {
     pub smtp_tls_key: Option<PathBuf>,
 
     /// Evaluate SPF, DKIM and DMARC of each received message (DNS lookups, at most 20 s) into
-    /// its `data.auth`; without it every verdict is `none`. Nothing is refused on them.
+    /// its `data.auth`; without it every verdict is `none`. Nothing is refused on them, but a
+    /// message without a single author (see --smtp-allow-ambiguous-from) is.
     #[arg(long, env = "AGENTADDRESS_SMTP_CHECK_AUTH")]
     pub smtp_check_auth: bool,
+
+    /// With --smtp-check-auth, accept messages whose author is ambiguous (no From field,
+    /// several, several mailboxes or none parseable) instead of refusing them `550 5.7.1` (RFC
+    /// 7489 §6.6.1); they arrive with `from` null and DMARC `permerror`. No effect without
+    /// --smtp-check-auth, which never refuses them.
+    #[arg(long, env = "AGENTADDRESS_SMTP_ALLOW_AMBIGUOUS_FROM")]
+    pub smtp_allow_ambiguous_from: bool,
 
     /// DNS server (IP:PORT) for --smtp-check-auth (default: the system's, /etc/resolv.conf).
     #[arg(
@@ -88,12 +107,26 @@ pub struct SmtpArgs {
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub smtp_data_timeout_seconds: u64,
 
+    /// Seconds a message being sent after `354` may go without a byte; also the grace before
+    /// --smtp-data-min-rate applies (then `421 4.4.2`, closed, nothing stored). Time the server
+    /// spends waiting for memory does not count.
+    #[arg(long, env = "AGENTADDRESS_SMTP_DATA_STALL_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub smtp_data_stall_seconds: u64,
+
+    /// Least average rate of a message being sent, in bytes per second, once
+    /// --smtp-data-stall-seconds have passed (slower: `421 4.4.2`, closed, nothing stored; 0:
+    /// none).
+    #[arg(long, env = "AGENTADDRESS_SMTP_DATA_MIN_RATE", default_value_t = 1024)]
+    pub smtp_data_min_rate: u64,
+
     /// Open SMTP connections at most (more: `421 4.7.0`, closed).
     #[arg(long, env = "AGENTADDRESS_SMTP_MAX_CONNECTIONS", default_value_t = 1_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub smtp_max_connections: u64,
 
-    /// Open SMTP connections per client IP at most (0: no per-IP cap).
+    /// Open SMTP connections per client (an IPv4 address or an IPv6 /64) at most (0: no per-IP
+    /// cap).
     #[arg(
         long,
         env = "AGENTADDRESS_SMTP_MAX_CONNECTIONS_PER_IP",
@@ -107,15 +140,24 @@ pub struct SmtpArgs {
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub smtp_max_errors: u64,
 
-    /// MiB that messages being received and delivered may hold together: as many messages of
-    /// the largest size (--max-email-bytes) as fit, at least one, are received at once; a
-    /// further `DATA` waits for its turn up to the command timeout, then gets `452 4.3.1`.
+    /// MiB that messages being received and delivered may hold together (at least one message
+    /// of --max-email-bytes), taken by the bytes received, 64 KiB at a time. A `DATA` that
+    /// cannot have its first 64 KiB within the command timeout gets `452 4.3.1`; a message
+    /// that cannot grow within the command timeout is read to its end, discarded, and answered
+    /// `452 4.3.1`.
     #[arg(long, env = "AGENTADDRESS_SMTP_DATA_MEMORY_MIB", default_value_t = 256,
           value_parser = clap::value_parser!(u64).range(1..=65_536))]
     pub smtp_data_memory_mib: u64,
 
-    /// Messages (`MAIL FROM` commands) one client IP may start per minute; past it `MAIL` is
-    /// answered `450 4.7.1` until the minute ends (0: no limit).
+    /// MiB of --smtp-data-memory-mib one client (an IPv4 address or an IPv6 /64) may hold at
+    /// once; past it as past the whole budget (default: a quarter of it; at least one message
+    /// of --max-email-bytes, at most the whole budget).
+    #[arg(long, env = "AGENTADDRESS_SMTP_DATA_MEMORY_PER_IP_MIB",
+          value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub smtp_data_memory_per_ip_mib: Option<u64>,
+
+    /// Messages (`MAIL FROM` commands) one client (an IPv4 address or an IPv6 /64) may start
+    /// per minute; past it `MAIL` is answered `450 4.7.1` until the minute ends (0: no limit).
     #[arg(
         long,
         env = "AGENTADDRESS_SMTP_MESSAGES_PER_MINUTE_PER_IP",
@@ -141,14 +183,21 @@ pub struct Shared {
     pub tls: Option<TlsAcceptor>,
     /// SPF, DKIM and DMARC, when --smtp-check-auth is set.
     pub auth: Option<auth::Checker>,
+    /// Refuse messages without a single author (--smtp-check-auth without
+    /// --smtp-allow-ambiguous-from).
+    pub refuse_ambiguous_from: bool,
     pub command_timeout: Duration,
     pub data_timeout: Duration,
+    /// A message being sent may go this long without a byte, and is then held to `data_min_rate`.
+    pub data_stall: Duration,
+    /// Least average bytes a second of a message being sent, after `data_stall` (0: none).
+    pub data_min_rate: u64,
     pub max_errors: u64,
     pub max_commands: u64,
-    /// `MAIL FROM`s per client IP per minute (`None`: no limit).
+    /// `MAIL FROM`s per client per minute (`None`: no limit).
     pub messages_per_minute_per_ip: Option<u64>,
-    /// Messages being received or delivered at once (see `--smtp-data-memory-mib`).
-    pub data_slots: Arc<Semaphore>,
+    /// The memory of messages being received or delivered (see `--smtp-data-memory-mib`).
+    pub data_memory: Arc<DataMemory>,
 }
 
 /// A bound SMTP listener, ready to [`serve`](SmtpServer::serve).
@@ -199,17 +248,21 @@ impl SmtpServer {
                 domain,
                 hostname,
                 tls,
+                refuse_ambiguous_from: auth.is_some() && !args.smtp_allow_ambiguous_from,
                 auth,
                 command_timeout: Duration::from_secs(args.smtp_command_timeout_seconds),
                 data_timeout: Duration::from_secs(args.smtp_data_timeout_seconds),
+                data_stall: Duration::from_secs(args.smtp_data_stall_seconds),
+                data_min_rate: args.smtp_data_min_rate,
                 max_errors: args.smtp_max_errors,
                 max_commands: args.smtp_max_commands,
                 messages_per_minute_per_ip: Some(args.smtp_messages_per_minute_per_ip)
                     .filter(|n| *n > 0),
-                data_slots: Arc::new(Semaphore::new(data_slots(
+                data_memory: Arc::new(DataMemory::new(
                     args.smtp_data_memory_mib,
+                    args.smtp_data_memory_per_ip_mib,
                     limits_max_email_bytes,
-                ))),
+                )),
             }),
             caps: Arc::new(Caps {
                 max_total: usize::try_from(args.smtp_max_connections).unwrap_or(usize::MAX),
@@ -284,12 +337,167 @@ impl SmtpServer {
     }
 }
 
-/// How many messages of the largest size fit in `memory_mib` (at least one).
-fn data_slots(memory_mib: u64, max_email_bytes: u64) -> usize {
-    let slots = memory_mib.saturating_mul(1024 * 1024) / max_email_bytes.max(1);
-    usize::try_from(slots)
-        .unwrap_or(usize::MAX)
-        .clamp(1, Semaphore::MAX_PERMITS)
+/// KiB of one step of a message's memory: taken at `DATA`, then one more each time the message
+/// outgrows what it holds.
+pub const STEP_KIB: u64 = 64;
+
+/// The memory budget of messages being received and delivered (`--smtp-data-memory-mib`), in
+/// KiB, and each client's share of it (`--smtp-data-memory-per-ip-mib`).
+///
+/// A message holds memory by the bytes received, a [`STEP_KIB`] step at a time ([`Reservation`]),
+/// until it is delivered or discarded: a client that opens `DATA` and stalls holds one step,
+/// not a whole message's worth, and is cut by the data rate (docs/API.md §10). One client holds
+/// at most its share, so clients from a few addresses cannot take the whole budget.
+#[derive(Debug)]
+pub struct DataMemory {
+    /// The whole budget, one permit a KiB.
+    total: Arc<Semaphore>,
+    /// KiB one message may hold: the raw email limit, rounded up.
+    message_kib: u64,
+    /// KiB one client may hold.
+    per_client_kib: u64,
+    /// KiB each client holds now (no entry: none).
+    held: Mutex<HashMap<ClientKey, u64>>,
+    /// Woken when a client gives memory back.
+    freed: Notify,
+}
+
+/// What one message holds of [`DataMemory`], given back when dropped (or [`release`]d).
+///
+/// [`release`]: Reservation::release
+#[derive(Debug)]
+pub struct Reservation {
+    memory: Arc<DataMemory>,
+    client: ClientKey,
+    kib: u64,
+    permits: Option<OwnedSemaphorePermit>,
+}
+
+impl DataMemory {
+    /// The budget of `memory_mib` (at least one message of `max_email_bytes`), each client's share
+    /// `per_client_mib` (default: a quarter of the budget), at least one message and at most the
+    /// budget.
+    pub fn new(memory_mib: u64, per_client_mib: Option<u64>, max_email_bytes: u64) -> Self {
+        let message_kib = max_email_bytes.div_ceil(1024).max(1);
+        let cap = u64::try_from(Semaphore::MAX_PERMITS).unwrap_or(u64::MAX);
+        let total_kib = memory_mib.saturating_mul(1024).max(message_kib).min(cap);
+        let per_client_kib = per_client_mib
+            .map_or(total_kib / 4, |mib| mib.saturating_mul(1024))
+            .max(message_kib)
+            .min(total_kib);
+        Self {
+            total: Arc::new(Semaphore::new(
+                usize::try_from(total_kib).unwrap_or(Semaphore::MAX_PERMITS),
+            )),
+            message_kib: message_kib.min(total_kib),
+            per_client_kib,
+            held: Mutex::new(HashMap::new()),
+            freed: Notify::new(),
+        }
+    }
+
+    /// The first step of a message from `client`, waiting up to `wait` for it.
+    pub async fn reserve(
+        self: &Arc<Self>,
+        client: ClientKey,
+        wait: Duration,
+    ) -> Option<Reservation> {
+        let mut reservation = Reservation {
+            memory: Arc::clone(self),
+            client,
+            kib: 0,
+            permits: None,
+        };
+        reservation.grow(wait).await.then_some(reservation)
+    }
+
+    /// Takes `kib` of `client`'s share if it has that much left.
+    fn take_share(&self, client: ClientKey, kib: u64) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = held.get(&client).copied().unwrap_or(0);
+        if mine.saturating_add(kib) > self.per_client_kib {
+            return false;
+        }
+        held.insert(client, mine + kib);
+        true
+    }
+
+    fn give_share(&self, client: ClientKey, kib: u64) {
+        if kib == 0 {
+            return;
+        }
+        {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(mine) = held.get_mut(&client) {
+                *mine = mine.saturating_sub(kib);
+                if *mine == 0 {
+                    held.remove(&client);
+                }
+            }
+        }
+        self.freed.notify_waiters();
+    }
+}
+
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.kib.saturating_mul(1024)
+    }
+
+    /// One more step (less when it reaches a whole message), waiting up to `wait` for the
+    /// client's share and then for the budget; false when it could not be had (nothing more is
+    /// then held). True at once when the reservation already holds a whole message.
+    pub async fn grow(&mut self, wait: Duration) -> bool {
+        let memory = Arc::clone(&self.memory);
+        let want = STEP_KIB.min(memory.message_kib.saturating_sub(self.kib));
+        if want == 0 {
+            return true;
+        }
+        let deadline = Instant::now() + wait;
+        // The client's share: wait for its other messages to give some back.
+        loop {
+            let freed = memory.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if memory.take_share(self.client, want) {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, freed).await.is_err() {
+                return false;
+            }
+        }
+        // Then the budget (first come, first served).
+        let permits = u32::try_from(want).unwrap_or(u32::MAX);
+        let total = Arc::clone(&memory.total);
+        match tokio::time::timeout_at(deadline, total.acquire_many_owned(permits)).await {
+            Ok(Ok(permit)) => {
+                match &mut self.permits {
+                    Some(held) => held.merge(permit),
+                    None => self.permits = Some(permit),
+                }
+                self.kib += want;
+                true
+            }
+            _ => {
+                memory.give_share(self.client, want);
+                false
+            }
+        }
+    }
+
+    /// Gives everything back (the message is no longer kept).
+    pub fn release(&mut self) {
+        self.permits = None;
+        self.memory.give_share(self.client, self.kib);
+        self.kib = 0;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
@@ -327,17 +535,18 @@ struct Caps {
 #[derive(Debug, Default)]
 struct Open {
     total: usize,
-    per_ip: HashMap<IpAddr, usize>,
+    per_ip: HashMap<ClientKey, usize>,
 }
 
 /// A connection's place under the caps, given back when dropped.
 struct Slot {
     caps: Arc<Caps>,
-    ip: IpAddr,
+    ip: ClientKey,
 }
 
 impl Caps {
     fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, &'static str> {
+        let ip = ClientKey::of(ip);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if open.total >= self.max_total {
             return Err("too many connections");
@@ -390,5 +599,112 @@ impl Drop for Slot {
                 open.per_ip.remove(&self.ip);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(last: u8) -> ClientKey {
+        ClientKey::of(IpAddr::from([127, 0, 0, last]))
+    }
+
+    const SHORT: Duration = Duration::from_millis(50);
+
+    #[test]
+    fn the_budget_holds_a_message_and_a_client_a_quarter_of_it() {
+        let m = DataMemory::new(1, None, 128 * 1024);
+        assert_eq!((m.message_kib, m.per_client_kib), (128, 256));
+        // A message larger than a quarter: one client may still send one.
+        let m = DataMemory::new(1, None, 600 * 1024);
+        assert_eq!((m.message_kib, m.per_client_kib), (600, 600));
+        // A budget smaller than one message holds one.
+        let m = DataMemory::new(1, None, 2 * 1024 * 1024);
+        assert_eq!(m.total.available_permits(), 2048);
+        assert_eq!(m.per_client_kib, 2048);
+        // A share given is at least one message and at most the budget.
+        let m = DataMemory::new(4, Some(1), 2 * 1024 * 1024);
+        assert_eq!(m.per_client_kib, 2048);
+        let m = DataMemory::new(4, Some(8), 1024);
+        assert_eq!(m.per_client_kib, 4096);
+    }
+
+    #[tokio::test]
+    async fn one_client_holds_at_most_its_share_and_waits_for_it() {
+        let m = Arc::new(DataMemory::new(1, None, 128 * 1024));
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            let r = m.reserve(client(2), SHORT).await;
+            held.push(r.unwrap_or_else(|| panic!("a step within the share")));
+        }
+        assert!(
+            m.reserve(client(2), SHORT).await.is_none(),
+            "past the share"
+        );
+        assert!(!held[0].grow(SHORT).await, "no growth past the share");
+        assert_eq!(
+            held[0].bytes(),
+            64 * 1024,
+            "a failed growth keeps what was held"
+        );
+        // Another client is not held back.
+        let mut other = m
+            .reserve(client(3), SHORT)
+            .await
+            .unwrap_or_else(|| panic!("another client's step"));
+        assert!(other.grow(SHORT).await);
+        assert_eq!(other.bytes(), 128 * 1024);
+        // A whole message is the most one message holds.
+        assert!(other.grow(SHORT).await);
+        assert_eq!(other.bytes(), 128 * 1024);
+        // A waiting client gets memory as soon as one of its messages gives it back.
+        let waiter = {
+            let m = Arc::clone(&m);
+            tokio::spawn(async move { m.reserve(client(2), Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(SHORT).await;
+        held.pop();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("the waiter was not woken"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(got.is_some());
+        drop(got);
+        drop(held);
+        drop(other);
+        assert_eq!(m.total.available_permits(), 1024);
+        assert!(m
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_whole_budget_is_shared_by_all_clients() {
+        let m = Arc::new(DataMemory::new(1, None, 128 * 1024));
+        let mut held = Vec::new();
+        for c in 2..6 {
+            for _ in 0..4 {
+                let r = m.reserve(client(c), SHORT).await;
+                held.push(r.unwrap_or_else(|| panic!("client {c} within the budget")));
+            }
+        }
+        assert_eq!(m.total.available_permits(), 0);
+        assert!(
+            m.reserve(client(6), SHORT).await.is_none(),
+            "past the budget"
+        );
+        // A refused client keeps no share of what it did not get.
+        assert!(m
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&client(6))
+            .is_none());
+        held[0].release();
+        assert_eq!(held[0].bytes(), 0);
+        assert!(m.reserve(client(6), SHORT).await.is_some());
     }
 }

@@ -4,25 +4,42 @@
 //!
 //! Replies (docs/API.md §10, "The SMTP door"):
 //!
-//! | situation                                         | reply                |
-//! |---------------------------------------------------|----------------------|
-//! | unknown recipient, or a deleted/expired address   | `550 5.1.1`          |
-//! | more recipients than `--max-email-recipients`     | `452 4.5.3`          |
-//! | `SIZE=` or the message over `--max-email-bytes`   | `552 5.3.4`          |
-//! | the address's feed or stored email is full        | `452 4.2.2`          |
-//! | `DATA` while the memory budget stays in use       | `452 4.3.1`          |
-//! | `MAIL` past the client IP's messages per minute   | `450 4.7.1`          |
-//! | store unavailable                                 | `451 4.3.0`          |
-//! | command out of sequence                           | `503 5.5.1`          |
-//! | `DATA` with no accepted recipient                 | `554 5.5.1`          |
-//! | unknown command                                   | `500 5.5.2`          |
-//! | not implemented (EXPN, BDAT, AUTH…)               | `502 5.5.1`          |
-//! | bad arguments                                     | `501 5.5.4`          |
-//! | unsupported `MAIL`/`RCPT` parameter               | `555 5.5.4`          |
-//! | command line over 1,000 bytes                     | `500 5.5.6`          |
-//! | command or DATA timeout                           | `421 4.4.2`, closed  |
-//! | too many errors or commands                       | `421 4.7.0`, closed  |
-//! | shutting down                                     | `421 4.3.2`, closed  |
+//! | situation                                              | reply                |
+//! |--------------------------------------------------------|----------------------|
+//! | unknown recipient, or a deleted/expired address        | `550 5.1.1`          |
+//! | more recipients than `--max-email-recipients`          | `452 4.5.3`          |
+//! | `SIZE=` or the message over `--max-email-bytes`        | `552 5.3.4`          |
+//! | a bare CR or LF in the message (read to its end)       | `550 5.6.0`          |
+//! | no single author (`From`), with --smtp-check-auth      | `550 5.7.1`          |
+//! | the address's feed or stored email is full             | `452 4.2.2`          |
+//! | `DATA` with no memory within the command timeout       | `452 4.3.1`          |
+//! | a message that could not grow (read to its end)        | `452 4.3.1`          |
+//! | `MAIL` past the client's messages per minute           | `450 4.7.1`          |
+//! | store unavailable                                      | `451 4.3.0`          |
+//! | command out of sequence                                | `503 5.5.1`          |
+//! | `DATA` with no accepted recipient                      | `554 5.5.1`          |
+//! | unknown command                                        | `500 5.5.2`          |
+//! | not implemented (EXPN, BDAT, AUTH…)                    | `502 5.5.1`          |
+//! | bad arguments                                          | `501 5.5.4`          |
+//! | unsupported `MAIL`/`RCPT` parameter                    | `555 5.5.4`          |
+//! | command line over 1,000 bytes                          | `500 5.5.6`          |
+//! | command or DATA timeout; a message stalled or too slow | `421 4.4.2`, closed  |
+//! | too many errors or commands                            | `421 4.7.0`, closed  |
+//! | shutting down                                          | `421 4.3.2`, closed  |
+//!
+//! **Bare CR and LF.** Command lines may end in a bare LF, but only `<CR><LF>.<CR><LF>` ends
+//! the data (RFC 5321 §4.1.1.4; the start of the data counts as after a CRLF). A bare LF or a
+//! bare CR anywhere in the data taints the message: it is read on (and discarded, within the
+//! size bounds) to the real terminator, refused whole with `550 5.6.0`, and the session goes
+//! on. Servers that end the data at `<LF>.<LF>` let a client smuggle a second message — the
+//! commands pipelined behind that false end — past whatever checked the first (SMTP
+//! smuggling); here those commands are swallowed as the refused message's data, so nothing of
+//! it is stored. Postfix's `smtpd_forbid_bare_newline` is the precedent. `BDAT` (CHUNKING) is
+//! not implemented (`502 5.5.1`), so `DATA` is the only way in.
+//!
+//! **Memory and rate.** A message holds memory by the bytes received (`super::DataMemory`),
+//! from its first step, taken before `354`, to its delivery; its client must keep sending
+//! (`DataClock`). Time spent waiting for memory does not count against the client.
 //!
 //! Pipelining needs nothing special: commands are read from a buffer, one line at a time, and
 //! each is answered in order. After `STARTTLS` whatever the client pipelined behind it in
@@ -38,15 +55,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agentaddress_core::domain::client::ClientKey;
 use agentaddress_email::{AuthResults, Inbound, Provider, Refusal};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use super::command::{self, Command, Invalid, MailFrom};
-use super::line::{self, Data, Line};
-use super::Shared;
+use super::line::{self, Data, DataReader, Line};
+use super::{Reservation, Shared};
 
 /// A connection, plain or TLS.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -57,6 +76,72 @@ type Conn = BufReader<Box<dyn Io>>;
 /// How long a closing session keeps reading (and discarding) what the client still sends, so
 /// that its last reply is not lost to a reset (see `transport`'s lingering close).
 const LINGER: Duration = Duration::from_secs(2);
+
+/// The reply to a `DATA` without memory, or to a message that could not grow.
+const NO_MEMORY: &str = "452 4.3.1 Insufficient system resources, try again later";
+
+/// The reply to a message with a bare CR or LF (docs/API.md §10). ASCII only, as reply text
+/// must be.
+const BARE_LINE_END: &str =
+    "550 5.6.0 Message contains a bare CR or LF (RFC 5321 section 2.3.8); nothing was stored";
+
+/// How the message after `354` ended, as [`Session::receive`] read it.
+enum Received {
+    Data(Data),
+    /// The client closed the connection first.
+    Eof,
+    /// No byte for the stall time, or slower than the least rate after it.
+    Slow,
+}
+
+/// The data rate of a message being received, as for HTTP bodies (docs/API.md §T): no byte for
+/// `stall`, or after `stall` fewer than `min_rate` bytes a second on average, and it is too slow.
+struct DataClock {
+    started: Instant,
+    last_byte: Instant,
+    bytes: u64,
+    stall: Duration,
+    min_rate: u64,
+}
+
+impl DataClock {
+    fn new(stall: Duration, min_rate: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            last_byte: now,
+            bytes: 0,
+            stall,
+            min_rate,
+        }
+    }
+
+    fn received(&mut self, n: usize) {
+        if n > 0 {
+            self.bytes = self
+                .bytes
+                .saturating_add(u64::try_from(n).unwrap_or(u64::MAX));
+            self.last_byte = Instant::now();
+        }
+    }
+
+    /// Time the server spent (waiting for memory) is not the client's.
+    fn pause(&mut self, spent: Duration) {
+        self.started += spent;
+        self.last_byte += spent;
+    }
+
+    fn deadline(&self) -> Instant {
+        let stalled = self.last_byte + self.stall;
+        if self.min_rate == 0 {
+            return stalled;
+        }
+        let earned = Duration::from_millis(self.bytes.saturating_mul(1000) / self.min_rate);
+        (self.started + self.stall)
+            .checked_add(earned)
+            .map_or(stalled, |slow| slow.min(stalled))
+    }
+}
 
 /// What to do after a command.
 enum Flow {
@@ -291,7 +376,7 @@ impl Session {
         if let Some(limit) = self.shared.messages_per_minute_per_ip {
             // The store's fixed one-minute windows, as for address creations over HTTP. A store
             // that cannot count does not stop mail.
-            let scope = format!("smtp-ip:{}", self.peer.ip());
+            let scope = format!("smtp-ip:{}", ClientKey::of(self.peer.ip()));
             let now = self.shared.clock.now();
             if let Ok(Some(seconds)) = self.shared.store.hit_rate_limit(&scope, limit, now).await {
                 tracing::info!(peer = %self.peer, "SMTP client over its messages per minute");
@@ -351,24 +436,28 @@ impl Session {
         if self.rcpts.is_empty() {
             return self.fail(conn, "554 5.5.1 No valid recipients").await;
         }
-        // A place in the memory budget, held until the message is delivered. Without one the
-        // transaction stays as it is: the client may send DATA again, or later.
-        let slots = Arc::clone(&self.shared.data_slots);
-        let Ok(Ok(_slot)) =
-            tokio::time::timeout(self.shared.command_timeout, slots.acquire_owned()).await
+        // The message's first step of the memory budget, held (and grown) until it is
+        // delivered or discarded. Without one the transaction stays as it is: the client may
+        // send DATA again, or later.
+        let client = ClientKey::of(self.peer.ip());
+        let Some(mut memory) = self
+            .shared
+            .data_memory
+            .reserve(client, self.shared.command_timeout)
+            .await
         else {
             tracing::warn!(peer = %self.peer, "SMTP DATA refused: the memory budget is in use");
-            self.reply(
-                conn,
-                "452 4.3.1 Insufficient system resources, try again later",
-            )
-            .await?;
+            self.reply(conn, NO_MEMORY).await?;
             return Ok(Flow::Continue);
         };
         self.reply(conn, "354 End data with <CR><LF>.<CR><LF>")
             .await?;
         let max = usize::try_from(self.shared.limits.max_email_bytes).unwrap_or(usize::MAX);
-        let read = tokio::time::timeout(self.shared.data_timeout, line::read_data(conn, max)).await;
+        let read = tokio::time::timeout(
+            self.shared.data_timeout,
+            self.receive(conn, &mut memory, max),
+        )
+        .await;
         let rcpts = std::mem::take(&mut self.rcpts);
         self.reset();
         let too_large = Refusal::TooLarge {
@@ -388,25 +477,59 @@ impl Session {
                 return Ok(Flow::Close);
             }
             Ok(read) => match read? {
-                Data::Message(raw) => raw,
-                Data::Eof => {
+                Received::Data(Data::Message(raw)) => raw,
+                Received::Eof => {
                     tracing::info!(
                         peer = %self.peer,
                         "SMTP client closed the connection during DATA: nothing stored"
                     );
                     return Ok(Flow::Close);
                 }
-                Data::TooLarge => {
+                Received::Slow => {
+                    tracing::info!(
+                        peer = %self.peer,
+                        "SMTP message stalled or below the least data rate: nothing stored"
+                    );
+                    let reply = format!(
+                        "421 4.4.2 {} Message arriving too slowly, closing connection",
+                        self.shared.hostname
+                    );
+                    self.reply(conn, &reply).await?;
+                    return Ok(Flow::Close);
+                }
+                Received::Data(Data::BareLineEnd) => {
+                    tracing::info!(
+                        peer = %self.peer,
+                        "SMTP message with a bare CR or LF refused: nothing stored"
+                    );
+                    return self.fail(conn, BARE_LINE_END).await;
+                }
+                Received::Data(Data::TooLarge) => {
                     tracing::info!(peer = %self.peer, max, "SMTP message over the size limit");
                     return self.fail(conn, &too_large).await;
                 }
-                Data::Flood => {
+                Received::Data(Data::Flood) => {
                     tracing::info!(peer = %self.peer, max, "SMTP message far over the size limit");
                     self.reply(conn, &too_large).await?;
                     return Ok(Flow::Close);
                 }
+                Received::Data(Data::Dropped) => {
+                    tracing::warn!(
+                        peer = %self.peer,
+                        "SMTP message discarded: the memory budget stayed in use as it grew"
+                    );
+                    self.reply(conn, NO_MEMORY).await?;
+                    return Ok(Flow::Continue);
+                }
             },
         };
+        if self.shared.refuse_ambiguous_from {
+            if let Some(why) = super::auth::ambiguous_author(&raw) {
+                let why = why.as_str();
+                tracing::info!(peer = %self.peer, why, "SMTP message refused: no single author");
+                return self.fail(conn, super::auth::AMBIGUOUS_AUTHOR_REPLY).await;
+            }
+        }
         let auth = match &self.shared.auth {
             Some(checker) => {
                 let helo = self.helo.as_deref().unwrap_or_default();
@@ -472,6 +595,50 @@ impl Session {
         );
         self.reply(conn, "250 2.0.0 OK").await?;
         Ok(Flow::Continue)
+    }
+
+    /// Reads the message after `354` into a [`DataReader`], holding its bytes in `memory` (grown
+    /// as the message grows; given back when the message is not kept), and holding the client
+    /// to the data rate ([`DataClock`]).
+    async fn receive(
+        &self,
+        conn: &mut Conn,
+        memory: &mut Reservation,
+        max: usize,
+    ) -> io::Result<Received> {
+        let mut reader = DataReader::new(max);
+        let mut clock = DataClock::new(self.shared.data_stall, self.shared.data_min_rate);
+        loop {
+            let n = match tokio::time::timeout_at(clock.deadline(), conn.fill_buf()).await {
+                Err(_) => return Ok(Received::Slow),
+                Ok(available) => available?.len(),
+            };
+            if n == 0 {
+                return Ok(Received::Eof);
+            }
+            // Memory for what these bytes may add, before they are kept. The wait is the
+            // server's, not the client's: it does not count against the data rate.
+            let need = u64::try_from(reader.kept().saturating_add(n).min(max)).unwrap_or(u64::MAX);
+            while reader.keeping() && memory.bytes() < need {
+                let held = memory.bytes();
+                let waiting = Instant::now();
+                let grown = memory.grow(self.shared.command_timeout).await;
+                clock.pause(waiting.elapsed());
+                if !grown || memory.bytes() == held {
+                    reader.drop_message();
+                }
+            }
+            let available = conn.fill_buf().await?;
+            let (taken, ended) = reader.push(available);
+            conn.consume(taken);
+            clock.received(taken);
+            if !reader.keeping() {
+                memory.release();
+            }
+            if let Some(data) = ended {
+                return Ok(Received::Data(data));
+            }
+        }
     }
 
     async fn start_tls(&mut self, conn: &mut Conn, acceptor: TlsAcceptor) -> io::Result<()> {

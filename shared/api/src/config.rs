@@ -93,10 +93,23 @@ pub struct ServiceConfig {
           value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub sends_per_day: u64,
 
+    /// Contact code mails one recipient mailbox may be sent per UTC day, by all addresses
+    /// together (case-insensitive, `+tag` ignored; more: 429 rate_limited, nothing mailed).
+    #[arg(long, env = "AGENTADDRESS_CODE_MAILS_PER_RECIPIENT_PER_DAY", default_value_t = 5,
+          value_parser = clap::value_parser!(u64).range(1..=1_000))]
+    pub code_mails_per_recipient_per_day: u64,
+
+    /// Contact code mails one client (an IPv4 address or an IPv6 /64) may ask for per UTC day,
+    /// for all addresses together (more: 429 rate_limited, nothing mailed).
+    #[arg(long, env = "AGENTADDRESS_CODE_MAILS_PER_CLIENT_PER_DAY", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub code_mails_per_client_per_day: u64,
+
     /// Turns on the raw-MIME webhook door (`POST /api/v1/email/inbound`): relays present this
-    /// secret as `Authorization: Bearer …`. At least 16 characters. Never logged.
-    #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET", value_parser = parse_ingest_secret,
-          hide_env_values = true)]
+    /// secret as `Authorization: Bearer …`. 16 to 512 printable ASCII characters. Never logged,
+    /// never repeated in an error.
+    #[arg(long, env = "AGENTADDRESS_EMAIL_INGEST_SECRET",
+          value_parser = SecretParser(ingest_secret_rule), hide_env_values = true)]
     pub email_ingest_secret: Option<Secret>,
 
     /// The wake-up socket's URL handed out as `endpoints.ws_url` (docs/API.md §17): the AWS
@@ -123,13 +136,64 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-fn parse_ingest_secret(s: &str) -> Result<Secret, String> {
-    if s.len() < 16 || s.len() > 512 || !s.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(
-            "the ingest secret must be 16 to 512 printable ASCII characters without spaces".into(),
-        );
+/// The ingest secret's rule (docs/API.md §10): 16 to 512 printable ASCII characters. The
+/// error says which part of the rule is broken, nothing of the value (static text: nothing of
+/// it can get in).
+fn ingest_secret_rule(s: &str) -> Result<(), &'static str> {
+    if s.len() < 16 {
+        return Err("must be 16 to 512 printable ASCII characters; this one is shorter");
     }
-    Ok(Secret(s.to_owned()))
+    if s.len() > 512 {
+        return Err("must be 16 to 512 printable ASCII characters; this one is longer");
+    }
+    match s.chars().find(|c| !c.is_ascii_graphic()) {
+        None => Ok(()),
+        Some(' ') => Err("must be 16 to 512 printable ASCII characters; this one holds a space"),
+        Some('\t') => Err("must be 16 to 512 printable ASCII characters; this one holds a tab"),
+        Some(c) if c.is_control() => {
+            Err("must be 16 to 512 printable ASCII characters; this one holds a control character")
+        }
+        Some(_) => Err(
+            "must be 16 to 512 printable ASCII characters; this one holds a non-ASCII character",
+        ),
+    }
+}
+
+/// A clap value parser for a secret: checked by its rule, and refused with a message that
+/// names the flag (and its environment variable) and the rule broken, never the value — where
+/// clap's own "invalid value '…' for …" would print it. A refusal is a usage error (exit 2).
+#[derive(Clone, Copy)]
+pub struct SecretParser(pub fn(&str) -> Result<(), &'static str>);
+
+impl clap::builder::TypedValueParser for SecretParser {
+    type Value = Secret;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Secret, clap::Error> {
+        let broken = match value.to_str() {
+            Some(s) => match (self.0)(s) {
+                Ok(()) => return Ok(Secret(s.to_owned())),
+                Err(rule) => rule,
+            },
+            None => "must be text (UTF-8); this one is not",
+        };
+        let flag = arg
+            .and_then(clap::Arg::get_long)
+            .map_or_else(|| "the secret".to_owned(), |l| format!("--{l}"));
+        let env = arg
+            .and_then(clap::Arg::get_env)
+            .map(|e| format!(" ({})", e.to_string_lossy()))
+            .unwrap_or_default();
+        Err(clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!("{flag}{env} {broken} (the value is not shown)\n"),
+        )
+        .with_cmd(cmd))
+    }
 }
 
 #[derive(Parser)]
@@ -163,6 +227,8 @@ impl ServiceConfig {
             max_open_requests: self.max_open_requests,
             max_contacts: self.max_contacts,
             sends_per_day: self.sends_per_day,
+            code_mails_per_recipient_per_day: self.code_mails_per_recipient_per_day,
+            code_mails_per_client_per_day: self.code_mails_per_client_per_day,
         }
     }
 }
@@ -264,5 +330,23 @@ mod tests {
             .expect("a good secret");
         let shown = format!("{:?}", t.s);
         assert!(!shown.contains("0123456789abcdef"), "{shown}");
+        for bad in [
+            "SECRETMARK-sh",
+            &format!("SECRETMARK-{}", "x".repeat(600)),
+            "SECRETMARK with a space",
+            "SECRETMARK\twith-a-tab",
+            "SECRETMARK-ünïcödé-0123",
+        ] {
+            let e = T::try_parse_from(["x", "--email-ingest-secret", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} was taken"));
+            let message = e.to_string();
+            assert_eq!(e.exit_code(), 2, "{message}");
+            assert!(
+                message.contains("--email-ingest-secret (AGENTADDRESS_EMAIL_INGEST_SECRET) must be 16 to 512 printable ASCII characters"),
+                "{message}"
+            );
+            assert!(!message.contains("SECRETMARK"), "{message}");
+        }
     }
 }

@@ -248,6 +248,10 @@ pub enum ApiError {
     Internal(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// `serve`'s page memory stayed in use for the whole wait (docs/API.md, "Pages under
+    /// memory pressure"): 503 `unavailable` with `Retry-After`.
+    #[error("no page memory free")]
+    MemoryBusy,
     /// docs/API.md §15: `reason` is `missing_signature`, `bad_signature` or
     /// `timestamp_out_of_tolerance`.
     #[error("signature invalid: {reason}")]
@@ -304,7 +308,7 @@ impl ApiError {
             Self::ContactNotConfirmed => ErrorCode::ContactNotConfirmed,
             Self::OutboundNotConfigured => ErrorCode::OutboundNotConfigured,
             Self::Internal(_) => ErrorCode::Internal,
-            Self::Unavailable(_) => ErrorCode::Unavailable,
+            Self::Unavailable(_) | Self::MemoryBusy => ErrorCode::Unavailable,
             Self::SignatureInvalid { .. } => ErrorCode::SignatureInvalid,
         }
     }
@@ -339,6 +343,9 @@ impl ApiError {
                 format!("The confirmation code is wrong; {tries_left} more tries of this code.")
             }
             Self::DailyLimit { message, .. } => (*message).into(),
+            Self::MemoryBusy => "The server's memory for pages of events is in use by other \
+                 answers being written; nothing was lost, retry from the same cursor in a moment."
+                .into(),
             _ => self.error_code().default_message().into(),
         }
     }
@@ -348,7 +355,7 @@ impl ApiError {
             Self::RateLimited { retry_after } | Self::DailyLimit { retry_after, .. } => {
                 Some(*retry_after)
             }
-            Self::Unavailable(_) => Some(1),
+            Self::Unavailable(_) | Self::MemoryBusy => Some(1),
             _ => None,
         }
     }
@@ -374,6 +381,13 @@ impl From<StoreError> for ApiError {
             } => Self::DailyLimit {
                 retry_after: retry_after_seconds,
                 message: "A daily limit of this address is reached; it resets at 00:00 UTC.",
+            },
+            StoreError::CodeMailCap {
+                retry_after_seconds,
+                ..
+            } => Self::DailyLimit {
+                retry_after: retry_after_seconds,
+                message: "A daily cap on code mails is reached; it resets at 00:00 UTC.",
             },
             StoreError::NotSupported(what) => {
                 Self::NotSupported(format!("This deployment does not support {what} yet."))

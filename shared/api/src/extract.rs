@@ -56,6 +56,18 @@ pub fn client_key(parts: &Parts) -> String {
     crate::domain::client::ClientKey::of_text(&client_ip(parts))
 }
 
+/// The client a request counts against for per-client limits ([`client_key`]), as an
+/// extractor: the page memory share (`page_budget`).
+pub struct Client(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Client(client_key(parts)))
+    }
+}
+
 /// The public base URL: configured, or derived from the request's Host and
 /// X-Forwarded-Proto headers. The router's hygiene layer has already refused an invalid or
 /// repeated Host and put an absolute-form target's authority in Host (docs/API.md, "Request

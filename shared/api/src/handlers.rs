@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::dto::*;
 use super::extract::*;
-use super::page_budget::Charge;
+use super::page_budget::{self, Charge, MEMORY_WAIT};
 use super::request::*;
 use super::{json_response, ApiError, AppState};
 use crate::domain::envelope;
@@ -397,6 +397,7 @@ pub async fn delete_verification(
 pub async fn list_events(
     State(state): State<AppState>,
     PathParams(address_id): PathParams<String>,
+    Client(client): Client,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult {
@@ -414,7 +415,7 @@ pub async fn list_events(
     // it needs for its whole wait (the header map alone is about half a kilobyte).
     drop((headers, uri));
     let deadline = arrived + q.wait;
-    let (page, charge) = long_poll(&state, &address_id, &q, deadline, next_expiry).await?;
+    let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_expiry).await?;
     let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
     let events = page
         .events
@@ -463,10 +464,13 @@ pub(crate) async fn charge_poll(
 
 /// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,
 /// re-checks the last sequence with backoff) until `deadline` or shutdown. With a page budget
-/// (`serve`), each read is cut at the budget's free share, which the returned charge holds;
-/// a waiting poll holds none.
+/// (`serve`), each read is cut at what is free of the budget and of `client`'s share, which the
+/// returned charge holds; a waiting poll holds none, and a poll that finds no memory for the
+/// next event waits [`MEMORY_WAIT`] for it, then answers 503 `unavailable`
+/// (`crate::page_budget`).
 async fn long_poll(
     state: &AppState,
+    client: &str,
     address_id: &str,
     q: &FeedQuery,
     deadline: Instant,
@@ -487,19 +491,12 @@ async fn long_poll(
     // Counted in `agentaddress_long_polls_open` from its first wait to its answer.
     let mut waiting: Option<crate::metrics::Open> = None;
     loop {
-        let charge = state
-            .page_budget
-            .as_ref()
-            .map(|b| b.reserve(PAGE_MAX_BYTES));
-        let page = store
-            .read_events(
-                address_id,
-                q.after,
-                q.limit,
-                charge.as_ref().map_or(PAGE_MAX_BYTES, Charge::bytes),
-                state.clock.now(),
-            )
-            .await?;
+        let memory_deadline = Instant::now() + MEMORY_WAIT;
+        let read =
+            page_budget::read_page(state, client, address_id, q.after, q.limit, memory_deadline);
+        let Some((page, charge)) = read.await? else {
+            return Err(ApiError::MemoryBusy);
+        };
         if !page.events.is_empty() {
             return Ok((page, charge));
         }

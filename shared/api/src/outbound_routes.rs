@@ -18,15 +18,14 @@ use super::request::{parse_fields, Fields};
 use super::request_routes::expire_due;
 use super::{json_response, ApiError, AppState};
 use crate::domain::outbound::{
-    self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email,
-    CODE_MAILS_PER_DAY, CODE_VALID_MS,
+    self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email, CODE_VALID_MS,
 };
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress, Millis};
 use crate::relay::{Mail, RelayError};
 use crate::store::{
-    CodeCheck, CodeIssued, ContactRecord, IdempotencyClaim, NewCode, NewEvent, NewSend,
-    OutboundMessage, StoreError,
+    CodeCheck, CodeIssued, CodeMailCap, ContactRecord, IdempotencyClaim, NewCode, NewEvent,
+    NewSend, OutboundMessage, StoreError,
 };
 
 type ApiResult = Result<Response, ApiError>;
@@ -169,6 +168,22 @@ fn contact_not_found(e: StoreError) -> ApiError {
             retry_after: retry_after_seconds,
             message: "This contact was mailed its 3 codes of the day; ask again after 00:00 UTC.",
         },
+        StoreError::CodeMailCap {
+            cap: CodeMailCap::Recipient,
+            retry_after_seconds,
+        } => ApiError::DailyLimit {
+            retry_after: retry_after_seconds,
+            message: "This mailbox was mailed its most codes of the day, by all addresses of \
+                      this service together; ask again after 00:00 UTC.",
+        },
+        StoreError::CodeMailCap {
+            cap: CodeMailCap::Client,
+            retry_after_seconds,
+        } => ApiError::DailyLimit {
+            retry_after: retry_after_seconds,
+            message: "This client (IP address) asked for its most code mails of the day, for \
+                      all its addresses together; ask again after 00:00 UTC.",
+        },
         other => other.into(),
     }
 }
@@ -217,6 +232,7 @@ pub async fn list_contacts(
 pub async fn add_contact(
     State(state): State<AppState>,
     PathParams(address_id): PathParams<String>,
+    Client(client): Client,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
@@ -254,6 +270,9 @@ pub async fn add_contact(
                 email: email.clone(),
                 code_hash: code_hash(&address_id, &email, &code),
                 expires_at,
+                // Code mails count against the client asking, whatever its addresses
+                // (docs/API.md §16): many addresses created from one IP mail few codes.
+                client,
             },
             &state.config.limits,
             now,
@@ -264,7 +283,8 @@ pub async fn add_contact(
         CodeIssued::AlreadyConfirmed(c) => return Ok(contact_answer(StatusCode::OK, &c, None)),
         CodeIssued::Issued(c) => c,
     };
-    let mail = code_mail(outbound, &address.email, &email, &code, now);
+    let per_day = state.config.limits.code_mails_per_recipient_per_day;
+    let mail = code_mail(outbound, &address.email, &email, &code, per_day, now);
     match outbound.relay.send(&mail).await {
         Ok(()) => {
             tracing::info!(%address_id, "contact code mailed");
@@ -303,7 +323,14 @@ fn contact_answer(
 
 /// The code mail: nothing in it is the agent's own text (the address is a random id), so it
 /// cannot be used to send anything else.
-fn code_mail(outbound: &Outbound, address_email: &str, to: &str, code: &str, now: Millis) -> Mail {
+fn code_mail(
+    outbound: &Outbound,
+    address_email: &str,
+    to: &str,
+    code: &str,
+    per_day: u64,
+    now: Millis,
+) -> Mail {
     let id = outbound::new_send_id().replacen(outbound::SEND_PREFIX, "code_", 1);
     let minutes = CODE_VALID_MS / 60_000;
     Mail {
@@ -318,7 +345,7 @@ fn code_mail(outbound: &Outbound, address_email: &str, to: &str, code: &str, now
              \r\n\
              The code is valid for {minutes} minutes (until {}). If you do not know what this \
              is about, ignore this message: nothing is sent to you unless the code is given \
-             back, and at most {CODE_MAILS_PER_DAY} codes are mailed to you a day.\r\n",
+             back, and at most {per_day} codes are mailed to you a day, whoever asks.\r\n",
             format_rfc3339(now + CODE_VALID_MS)
         ),
         message_id: outbound::message_id(&id, &outbound.from),

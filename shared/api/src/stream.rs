@@ -22,16 +22,16 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, Uri};
+use http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dto::{ErrorBody, EventView};
-use super::extract::{authenticate, parse_count, query_fields};
-use super::page_budget::Charge;
+use super::extract::{authenticate, parse_count, query_fields, Client};
+use super::page_budget;
 use super::request::{parse_fields, StreamParams};
 use super::request_routes::expire_due;
 use super::{ApiError, AppState};
@@ -42,8 +42,8 @@ use crate::store::{Event, StoreError};
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
 /// The server closes a stream after this long; the client resumes with `Last-Event-ID`.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
-/// The text of the heartbeat comment: the line is `: keep-alive`.
-const HEARTBEAT_TEXT: &str = "keep-alive";
+/// The heartbeat: the comment line `: keep-alive` and the blank line that ends it.
+const HEARTBEAT_TEXT: &[u8] = b": keep-alive\n\n";
 /// Events read at once: the feed's largest page.
 const PAGE_EVENTS: usize = 100;
 /// How soon an expiry is checked again when the service's clock has not reached it at the
@@ -88,6 +88,7 @@ impl Default for StreamSettings {
 pub async fn stream_events(
     State(state): State<AppState>,
     crate::extract::PathParams(address_id): crate::extract::PathParams<String>,
+    Client(client): Client,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
@@ -123,28 +124,38 @@ pub async fn stream_events(
         shutdown: state.shutdown.clone(),
         state,
         address_id,
+        client,
         cursor: after,
         wakeups,
         end,
+        heartbeat: settings.heartbeat,
+        last_sent: Instant::now(),
         pending: VecDeque::new(),
-        charge: None,
         _open: crate::metrics::Open::new(crate::metrics::STREAMS_OPEN),
     };
     // Neither the request's headers nor its URI are held while the stream waits.
     drop((headers, uri, record));
     // The first page is read before answering, so that a store failure is a JSON error.
-    feed.read_page().await?;
+    let first = Instant::now() + settings.heartbeat;
+    feed.read_page(first).await?;
     let stream = futures::stream::unfold(feed, |mut feed| async move {
         feed.next()
             .await
-            .map(|event| (Ok::<_, Infallible>(event), feed))
+            .map(|chunk| (Ok::<_, Infallible>(chunk), feed))
     });
-    Ok(Sse::new(stream)
-        .keep_alive(
-            KeepAlive::new()
-                .interval(settings.heartbeat)
-                .text(HEARTBEAT_TEXT),
-        )
+    // As axum's `Sse` answers, but each event's bytes carry their share of the page memory
+    // until the server has written them (`Charge::into_body`).
+    Ok((
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(stream),
+    )
         .into_response())
 }
 
@@ -169,6 +180,8 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 struct Feed {
     state: AppState,
     address_id: String,
+    /// The client, for its share of the page memory.
+    client: String,
     /// The sequence of the last event queued: the next read is after it.
     cursor: u64,
     wakeups: watch::Receiver<u64>,
@@ -179,10 +192,13 @@ struct Feed {
     /// check it next (the monotonic clock).
     request_expiry: Option<Millis>,
     expiry_check: Option<Instant>,
-    /// The events of the last page, encoded, not yet sent.
-    pending: VecDeque<SseEvent>,
-    /// The page memory the pending events hold (`serve`'s page budget).
-    charge: Option<Charge>,
+    /// How long the stream may send nothing before a heartbeat, and when it last sent.
+    heartbeat: Duration,
+    last_sent: Instant,
+    /// The events of the last page, encoded, not yet sent; each holds its own share of the
+    /// page memory (`serve`'s page budget) until the server has written it. The stream reads
+    /// no further page while one is pending.
+    pending: VecDeque<Bytes>,
     /// Counts the stream in `agentaddress_streams_open` while it lives.
     _open: crate::metrics::Open,
 }
@@ -192,25 +208,57 @@ enum Stop {
     Done,
 }
 
+/// What reading after the cursor gave.
+enum Read {
+    /// Events are pending.
+    Events,
+    /// The feed has nothing after the cursor.
+    Empty,
+    /// Not even the next event fits in the page memory free for this client: nothing was
+    /// read (the feed keeps it), try again.
+    NoMemory,
+}
+
+/// What ended a wait.
+enum Woke {
+    /// The feed may have grown, a request expired, or the stream reached its end.
+    Feed,
+    /// Nothing was sent for the heartbeat interval.
+    Heartbeat,
+}
+
 impl Feed {
     fn stopping(&self) -> bool {
         *self.shutdown.borrow() || Instant::now() >= self.end
     }
 
-    /// The next event to send, or `None` when the stream is over.
-    async fn next(&mut self) -> Option<SseEvent> {
+    /// The next bytes to send (an event or a heartbeat), or `None` when the stream is over.
+    async fn next(&mut self) -> Option<Bytes> {
+        let mut shutdown = self.shutdown.clone();
         loop {
             // At shutdown the event being written is finished, and no other is started.
             if self.stopping() {
                 return None;
             }
             if let Some(event) = self.pending.pop_front() {
+                self.last_sent = Instant::now();
                 return Some(event);
             }
-            self.charge = None;
-            match self.read_page().await {
-                Ok(true) => continue,
-                Ok(false) => {}
+            let heartbeat_at = self.last_sent + self.heartbeat;
+            let read = tokio::select! {
+                read = self.read_page(heartbeat_at.min(self.end)) => read,
+                _ = shutdown.changed() => return None,
+            };
+            match read {
+                Ok(Read::Events) => continue,
+                Ok(Read::Empty) => {}
+                Ok(Read::NoMemory) => {
+                    // Waited for memory until the heartbeat was due: say the stream lives.
+                    if Instant::now() >= heartbeat_at {
+                        return Some(self.heartbeat_now());
+                    }
+                    continue;
+                }
                 Err(e) => {
                     match e {
                         ApiError::AddressGone | ApiError::Unauthorized => {
@@ -223,49 +271,72 @@ impl Feed {
                     return None;
                 }
             }
-            if self.wait().await.is_err() {
-                return None;
+            match self.wait(heartbeat_at).await {
+                Err(Stop::Done) => return None,
+                Ok(Woke::Heartbeat) => return Some(self.heartbeat_now()),
+                Ok(Woke::Feed) => {}
             }
         }
     }
 
-    /// Reads the page after the cursor into `pending`; `true` if it held an event.
-    async fn read_page(&mut self) -> Result<bool, ApiError> {
-        let charge = self
-            .state
-            .page_budget
-            .as_ref()
-            .map(|b| b.reserve(crate::handlers::PAGE_MAX_BYTES));
-        let page = self
-            .state
-            .store
-            .read_events(
-                &self.address_id,
-                self.cursor,
-                PAGE_EVENTS,
-                charge
-                    .as_ref()
-                    .map_or(crate::handlers::PAGE_MAX_BYTES, Charge::bytes),
-                self.state.clock.now(),
-            )
-            .await
-            .map_err(|e| match e {
-                StoreError::AddressNotFound => ApiError::AddressGone,
-                other => other.into(),
-            })?;
-        if page.events.is_empty() {
-            return Ok(false);
-        }
-        for event in &page.events {
-            self.pending.push_back(encode(event)?);
-            self.cursor = event.sequence;
-        }
-        self.charge = charge;
-        Ok(true)
+    fn heartbeat_now(&mut self) -> Bytes {
+        self.last_sent = Instant::now();
+        Bytes::from_static(HEARTBEAT_TEXT)
     }
 
-    /// Waits for a commit to the feed, a request's expiry, the stream's end or shutdown.
-    async fn wait(&mut self) -> Result<(), Stop> {
+    /// Reads the page after the cursor into `pending`, within the page memory (waiting for it
+    /// until `memory_deadline` when not even the next event fits).
+    async fn read_page(&mut self, memory_deadline: Instant) -> Result<Read, ApiError> {
+        let read = page_budget::read_page(
+            &self.state,
+            &self.client,
+            &self.address_id,
+            self.cursor,
+            PAGE_EVENTS,
+            memory_deadline,
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::AddressNotFound => ApiError::AddressGone,
+            other => other.into(),
+        })?;
+        let Some((page, mut charge)) = read else {
+            return Ok(Read::NoMemory);
+        };
+        if page.events.is_empty() {
+            return Ok(Read::Empty);
+        }
+        let encoded = page
+            .events
+            .iter()
+            .map(encode)
+            .collect::<Result<Vec<_>, _>>()?;
+        let last = page.events.last().map_or(self.cursor, |e| e.sequence);
+        drop(page);
+        if let Some(charge) = charge.as_mut() {
+            let total: usize = encoded.iter().map(Vec::len).sum();
+            let _ = charge.try_resize(total as u64);
+        }
+        let count = encoded.len();
+        for (i, bytes) in encoded.into_iter().enumerate() {
+            let share = if i + 1 == count {
+                // The last event takes what is left of the page's share.
+                charge.take()
+            } else {
+                charge.as_mut().map(|c| c.split(bytes.len() as u64))
+            };
+            self.pending.push_back(match share {
+                Some(share) => share.into_body(bytes),
+                None => Bytes::from(bytes),
+            });
+        }
+        self.cursor = last;
+        Ok(Read::Events)
+    }
+
+    /// Waits for a commit to the feed, a request's expiry, the heartbeat, the stream's end or
+    /// shutdown.
+    async fn wait(&mut self, heartbeat_at: Instant) -> Result<Woke, Stop> {
         // A request for a person expiring: its event is appended (and wakes this stream). The
         // service's clock decides; checked again shortly if it is behind the monotonic one.
         if let (Some(expiry), Some(at)) = (self.request_expiry, self.expiry_check) {
@@ -278,7 +349,7 @@ impl Feed {
                         .expire_requests(&self.address_id, &self.state.config.limits, now)
                         .await
                         .map_err(|_| Stop::Done)?;
-                    return self.refresh().await;
+                    return self.refresh().await.map(|()| Woke::Feed);
                 }
                 let left = Duration::from_millis(u64::try_from(expiry - now).unwrap_or(0));
                 self.expiry_check = Some(Instant::now() + left.min(EXPIRY_RECHECK));
@@ -288,10 +359,11 @@ impl Feed {
         tokio::select! {
             changed = self.wakeups.changed() => {
                 changed.map_err(|_| Stop::Done)?;
-                self.refresh().await
+                self.refresh().await.map(|()| Woke::Feed)
             }
-            _ = tokio::time::sleep_until(wake) => Ok(()),
-            changed = self.shutdown.changed() => changed.map_err(|_| Stop::Done),
+            _ = tokio::time::sleep_until(wake) => Ok(Woke::Feed),
+            _ = tokio::time::sleep_until(heartbeat_at), if heartbeat_at < wake => Ok(Woke::Heartbeat),
+            changed = self.shutdown.changed() => changed.map(|()| Woke::Feed).map_err(|_| Stop::Done),
         }
     }
 
@@ -317,14 +389,12 @@ impl Feed {
     }
 }
 
-/// One event as SSE: `id: {sequence}`, `event: {type}`, `data: {event JSON}` (compact JSON
-/// has no line break). A line break in the type (an inbox delivery's `type` may hold one)
-/// cannot be sent in the `event:` line: each CR or LF is sent there as U+FFFD; `data` keeps
-/// the exact type.
-fn encode(event: &Event) -> Result<SseEvent, ApiError> {
+/// One event as SSE: `id: {sequence}`, `event: {type}`, `data: {event JSON}` and a blank line
+/// (compact JSON has no line break). A line break in the type (an inbox delivery's `type` may
+/// hold one) cannot be sent in the `event:` line: each CR or LF is sent there as U+FFFD; `data`
+/// keeps the exact type.
+fn encode(event: &Event) -> Result<Vec<u8>, ApiError> {
     let view = EventView::from_event(event)?;
-    let json = serde_json::to_string(&view)
-        .map_err(|e| ApiError::Internal(format!("cannot encode an event: {e}")))?;
     let name: String = event
         .event_type
         .chars()
@@ -336,8 +406,10 @@ fn encode(event: &Event) -> Result<SseEvent, ApiError> {
             }
         })
         .collect();
-    Ok(SseEvent::default()
-        .id(event.sequence.to_string())
-        .event(name)
-        .data(json))
+    let mut out = Vec::with_capacity(event.page_bytes() as usize + name.len() + 32);
+    out.extend_from_slice(format!("id: {}\nevent: {name}\ndata: ", event.sequence).as_bytes());
+    serde_json::to_writer(&mut out, &view)
+        .map_err(|e| ApiError::Internal(format!("cannot encode an event: {e}")))?;
+    out.extend_from_slice(b"\n\n");
+    Ok(out)
 }

@@ -7,6 +7,7 @@
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
 //! | rate window | `R#{scope}#{minute}` | `R` |
+//! | daily count | `R#{scope}#d{utc_day}` | `R` (count, ttl: code mails per recipient mailbox and per client, docs/API.md §16) |
 //! | email key | `E#{lower-cased email}` | `E` (address_id, ttl) |
 //! | email record | `A#{id}` | `M#{email_id}` (seq, event_id, raw_key, raw_size, expires_at, ttl) |
 //! | request | `Q#{request_id}` | `Q` (address_id, title, body, options, status, answer, ttl) |

@@ -13,10 +13,17 @@
 //! - **day count** `OD#{utc_day}`: sends recorded on that UTC day (`count`), forgotten two
 //!   days later.
 //!
+//! - **daily code mail counts** `R#code_to:{mailbox}#d{utc_day}` and
+//!   `R#code_from:{client}#d{utc_day}` (outside the partition, beside the rate-limit counters,
+//!   forgotten by TTL): the code mails of the day to one recipient mailbox and asked for by
+//!   one client, whatever the address (docs/API.md §16).
+//!
 //! Each step is one write with conditions instead of locks:
 //! - **issue a code**: a new contact is one `TransactWriteItems` (META live, `contacts` below
 //!   the cap and counted up; the contact `attribute_not_exists`); a known one is one
-//!   conditional `UpdateItem` on its day's count as read (a lost race re-reads).
+//!   `TransactWriteItems` updating the contact conditioned on its day's count as read (a lost
+//!   race re-reads). Both count the code mail against the recipient's and the client's daily
+//!   counts in the same transaction, each conditioned below its cap: a refusal counts nothing.
 //! - **check a code**: one conditional `UpdateItem` counts the try (pending, unexpired, fewer
 //!   than [`CODE_TRIES`] tries), so concurrent tries are each counted and at most
 //!   [`CODE_TRIES`] are compared; the hashes are compared in constant time; a right code then
@@ -50,15 +57,15 @@ use aws_sdk_dynamodb::types::{
 use crate::append::Cancelled;
 use crate::capacity::Tally;
 use crate::domain::outbound::{
-    code_hashes_equal, seconds_to_next_day, utc_day, ContactStatus, SendStatus, CODE_MAILS_PER_DAY,
-    CODE_TRIES,
+    code_hashes_equal, code_mails_from_scope, code_mails_to_scope, seconds_to_next_day, utc_day,
+    ContactStatus, SendStatus, CODE_MAILS_PER_DAY, CODE_TRIES,
 };
 use crate::domain::{Limits, Millis};
 use crate::item::*;
 use crate::retry::{resend_on_conflict, uuid_like, with_append_retries};
 use crate::store::{
-    rules, AddressRecord, CodeCheck, CodeIssued, ContactRecord, EventRef, NewCode, NewSend,
-    OutboundMessage, SendOutcome, SendRecord, SendRecorded, StoreError, StoreResult,
+    rules, AddressRecord, CodeCheck, CodeIssued, CodeMailCap, ContactRecord, EventRef, NewCode,
+    NewSend, OutboundMessage, SendOutcome, SendRecord, SendRecorded, StoreError, StoreResult,
 };
 use crate::{DynamoStore, Item};
 
@@ -180,6 +187,34 @@ struct CondUpdate<'a> {
 
 fn tx_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Internal(e.to_string())
+}
+
+/// Whether item `i` of a cancelled transaction failed its condition.
+fn failed(reasons: &[aws_sdk_dynamodb::types::CancellationReason], i: usize) -> bool {
+    reasons
+        .get(i)
+        .is_some_and(|r| r.code() == Some("ConditionalCheckFailed"))
+}
+
+/// The cap refusal of a cancelled code transaction whose daily counts (the recipient's, then
+/// the client's) are its items `first` and `first + 1`; `Ok(())` when neither failed.
+fn code_mail_capped(
+    reasons: &[aws_sdk_dynamodb::types::CancellationReason],
+    first: usize,
+    now: Millis,
+) -> StoreResult<()> {
+    for (i, cap) in [
+        (first, CodeMailCap::Recipient),
+        (first + 1, CodeMailCap::Client),
+    ] {
+        if failed(reasons, i) {
+            return Err(StoreError::CodeMailCap {
+                cap,
+                retry_after_seconds: seconds_to_next_day(now),
+            });
+        }
+    }
+    Ok(())
 }
 
 impl DynamoStore {
@@ -320,27 +355,41 @@ impl DynamoStore {
                         (":read_day".into(), n(c.code_day)),
                         (":read_mails".into(), n(c.code_mails)),
                     ]);
-                    let updated = self
-                        .cond_update(
-                            id,
-                            CondUpdate {
-                                sk: contact_sk(&code.email),
-                                update: "SET code_hash = :hash, code_expires_at = :exp, \
-                                         code_tries = :zero, code_day = :day, code_mails = :mails",
-                                condition: "#st = :pending AND code_day = :read_day AND \
-                                            code_mails = :read_mails",
-                                names: &[("#st", "status")],
-                                values,
-                                op: "UpdateItem contact code",
-                            },
+                    let contact = Update::builder()
+                        .table_name(&self.table)
+                        .set_key(Some(key(pk(id), contact_sk(&code.email))))
+                        .update_expression(
+                            "SET code_hash = :hash, code_expires_at = :exp, \
+                             code_tries = :zero, code_day = :day, code_mails = :mails",
                         )
-                        .await?;
-                    match updated {
-                        Updated::Applied(item) => {
-                            Ok(Some(CodeIssued::Issued(contact_from(&item)?)))
+                        .condition_expression(
+                            "#st = :pending AND code_day = :read_day AND \
+                             code_mails = :read_mails",
+                        )
+                        .expression_attribute_names("#st", "status")
+                        .set_expression_attribute_values(Some(values))
+                        .build()
+                        .map_err(tx_err)?;
+                    let mut items = vec![TransactWriteItem::builder().update(contact).build()];
+                    items.extend(self.code_mail_counts(code, limits, day)?);
+                    match self.transact(items).await? {
+                        Ok(()) => Ok(Some(CodeIssued::Issued(ContactRecord {
+                            code_hash: Some(code.code_hash.clone()),
+                            code_expires_at: Some(code.expires_at),
+                            code_tries: 0,
+                            code_day: day,
+                            code_mails: mails + 1,
+                            ..c
+                        }))),
+                        Err(reasons) => {
+                            if failed(&reasons, 0) {
+                                // Confirmed, or another code issued meanwhile: look again.
+                                return Ok(None);
+                            }
+                            code_mail_capped(&reasons, 1, now)?;
+                            // A conflict with a concurrent write: look again.
+                            Ok(None)
                         }
-                        // Confirmed, or another code issued meanwhile: look again.
-                        Updated::Refused(_) => Ok(None),
                     }
                 }
                 None => {
@@ -355,8 +404,33 @@ impl DynamoStore {
         .await
     }
 
+    /// The transaction items counting one code mail (to `code.email`'s mailbox, asked for by
+    /// `code.client`) on UTC day `day`: the recipient's count, then the client's.
+    fn code_mail_counts(
+        &self,
+        code: &NewCode,
+        limits: &Limits,
+        day: i64,
+    ) -> StoreResult<[TransactWriteItem; 2]> {
+        let to = self.daily_count_up(
+            &code_mails_to_scope(&code.email),
+            day,
+            limits.code_mails_per_recipient_per_day,
+        )?;
+        let from = self.daily_count_up(
+            &code_mails_from_scope(&code.client),
+            day,
+            limits.code_mails_per_client_per_day,
+        )?;
+        Ok([
+            TransactWriteItem::builder().update(to).build(),
+            TransactWriteItem::builder().update(from).build(),
+        ])
+    }
+
     /// A new pending contact with its first code: META's `contacts` counted up (below the
-    /// cap, the address live) and the contact put, in one transaction.
+    /// cap, the address live), the contact put and the code mail counted (below the daily
+    /// caps), in one transaction.
     async fn new_contact(
         &self,
         id: &str,
@@ -408,10 +482,11 @@ impl DynamoStore {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(tx_err)?;
-        let items = vec![
+        let mut items = vec![
             TransactWriteItem::builder().update(meta).build(),
             TransactWriteItem::builder().put(put).build(),
         ];
+        items.extend(self.code_mail_counts(code, limits, contact.code_day)?);
         match self.transact(items).await? {
             Ok(()) => Ok(Some(CodeIssued::Issued(contact))),
             Err(reasons) => {
@@ -434,6 +509,9 @@ impl DynamoStore {
                     .filter(|c| c.code_hash == contact.code_hash && c.created_at == now);
                 if let Some(c) = ours {
                     return Ok(Some(CodeIssued::Issued(c)));
+                }
+                if !failed(&reasons, 0) && !failed(&reasons, 1) {
+                    code_mail_capped(&reasons, 2, now)?;
                 }
                 // The cap reached, or the contact created meanwhile (by another request, or
                 // by an earlier attempt of this one): look again.

@@ -6,6 +6,7 @@
 //! order, so the id found in an event finds the same part later. A nested `message/rfc822`
 //! is one attachment (its raw bytes); its own parts are not listed.
 
+use agentaddress_core::domain::label::is_bidi_control;
 use mail_parser::{Message, MessagePart, MimeHeaders, PartType};
 use serde_json::{json, Value};
 
@@ -22,7 +23,8 @@ const MAX_CONTENT_TYPE: usize = 127;
 /// A decoded attachment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
-    /// Sanitized: no path, no control characters, never empty, at most 255 bytes.
+    /// Sanitized: no path, no control or bidirectional formatting characters, never empty, at
+    /// most 255 bytes.
     pub filename: String,
     /// `type/subtype`, lower-cased.
     pub content_type: String,
@@ -100,21 +102,28 @@ fn content_type(part: &MessagePart<'_>) -> String {
     })
 }
 
-/// Control characters removed, bounded at a character boundary.
+/// Control and bidirectional formatting characters removed, bounded at a character boundary.
 fn clean(s: &str, max: usize) -> String {
-    let s: String = s.chars().filter(|c| !c.is_control()).collect();
+    let s: String = s.chars().filter(|&c| !hidden(c)).collect();
     crate::truncate::cut_to(&s, max).to_owned()
 }
 
+/// Characters a name may not keep: control characters, and the bidirectional formatting ones
+/// (U+202E shows `invoice\u{202E}gpj.exe` as `invoiceexe.jpg`), as names elsewhere refuse them.
+fn hidden(c: char) -> bool {
+    c.is_control() || is_bidi_control(c)
+}
+
 /// A filename safe to write anywhere: the last path segment (`/` and `\` both separate), no
-/// control characters, none of `:*?"<>|`, no leading dots or trailing dots and spaces, at most
-/// [`MAX_FILENAME_BYTES`] (cut at a character boundary), and never empty
+/// control characters, no bidirectional formatting characters (U+061C, U+200E, U+200F,
+/// U+202A–U+202E, U+2066–U+2069), none of `:*?"<>|`, no leading dots or trailing dots and
+/// spaces, at most [`MAX_FILENAME_BYTES`] (cut at a character boundary), and never empty
 /// ([`DEFAULT_FILENAME`]).
 pub fn sanitize_filename(name: &str) -> String {
     let last = name.rsplit(['/', '\\']).next().unwrap_or_default();
     let cleaned: String = last
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|&c| !hidden(c))
         .map(|c| if ":*?\"<>|".contains(c) { '_' } else { c })
         .collect();
     let trimmed = cleaned
@@ -145,6 +154,24 @@ mod tests {
         assert_eq!(sanitize_filename(""), DEFAULT_FILENAME);
         assert_eq!(sanitize_filename("x/"), DEFAULT_FILENAME);
         assert_eq!(sanitize_filename("a:b.txt"), "a_b.txt");
+        // Bidirectional formatting characters go: the name shows what it is.
+        assert_eq!(
+            sanitize_filename("invoice\u{202E}gpj.exe"),
+            "invoicegpj.exe"
+        );
+        for c in [
+            '\u{061C}', '\u{200E}', '\u{200F}', '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}',
+            '\u{202E}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ] {
+            assert_eq!(
+                sanitize_filename(&format!("a{c}b.pdf")),
+                "ab.pdf",
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+        assert_eq!(sanitize_filename("\u{202E}"), DEFAULT_FILENAME);
+        assert_eq!(sanitize_filename("שלום.txt"), "שלום.txt");
         let long = "é".repeat(300);
         let s = sanitize_filename(&long);
         assert!(s.len() <= MAX_FILENAME_BYTES && s.chars().all(|c| c == 'é'));

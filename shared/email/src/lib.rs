@@ -3,8 +3,9 @@
 //! Every accepted message appends one event to the recipient's feed:
 //!
 //! - `type` = `email.received`, `ingress_surface` = `email`;
-//! - `source` = the sender's mailbox: the lower-cased addr-spec of `From` (the envelope's
-//!   `MAIL FROM` when the message has no `From`);
+//! - `source` = the sender's mailbox: the lower-cased addr-spec of the author, the one mailbox
+//!   of the one `From` field ([`author`]); the envelope's `MAIL FROM` when the message has no
+//!   single author (no `From`, several, several mailboxes, none parseable);
 //! - `data` = the object built by [`parse_message`], keys in this order: `email_id`,
 //!   `message_id`, `in_reply_to`, `references`, `from`, `reply_to`, `to`, `cc`, `tag`,
 //!   `subject`, `date`, `text`, `html`, `truncated`, `attachments`, `envelope`, `size`,
@@ -41,6 +42,7 @@
 #![forbid(unsafe_code)]
 
 mod attachment;
+mod author;
 mod id;
 mod ingest;
 mod limits;
@@ -52,6 +54,7 @@ pub mod ses;
 mod truncate;
 
 pub use attachment::{attachment, sanitize_filename, Attachment};
+pub use author::{author, Ambiguity, Author};
 pub use id::email_id;
 pub use ingest::{
     deliver, email_limits, resolve, Accepted, Delivery, Inbound, Rejected, Rejection,

@@ -6,6 +6,7 @@ use mail_parser::{Address, HeaderValue, Message, MessageParser, PartType};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::author::{author_of, Author};
 use crate::limits::{prescan, EmailLimits};
 use crate::{attachment, id, truncate, Refusal};
 
@@ -81,8 +82,8 @@ pub struct AuthResults {
 pub struct ParsedEmail {
     /// The idempotency key (also `data.email_id`).
     pub email_id: String,
-    /// The event's `source`: the lower-cased addr-spec of `From`, else of `MAIL FROM`; `None`
-    /// when neither names a mailbox.
+    /// The event's `source`: the lower-cased addr-spec of the author (the one mailbox of the
+    /// one `From` field), else of `MAIL FROM`; `None` when neither names a mailbox.
     pub source: Option<String>,
     /// The event's `data`: an object with [`DATA_KEYS`] in order, at most
     /// `limits.max_data_bytes` when serialized.
@@ -104,7 +105,20 @@ pub fn parse_message(
 ) -> Result<ParsedEmail, Refusal> {
     let message = parse_bounded(raw, limits)?;
 
-    let from = message.from().and_then(first_addr);
+    // The author is one mailbox of one From field, or nobody (docs/API.md §10): an ambiguous
+    // `From` shows no `from`, and a DMARC verdict computed for it (by the door, for whichever
+    // mailbox it chose) is `permerror`, so it never looks authenticated.
+    let (from, auth) = match author_of(&message.root_part().headers) {
+        Author::One { shown, mailbox } => (Some((shown, mailbox)), auth),
+        Author::Ambiguous(_) if auth != AuthResults::default() => (
+            None,
+            AuthResults {
+                dmarc: AuthVerdict::Permerror,
+                ..auth
+            },
+        ),
+        Author::Ambiguous(_) => (None, auth),
+    };
     let source = from
         .as_ref()
         .map(|(_, addr)| addr.clone())
@@ -264,7 +278,7 @@ fn all_addrs(address: Option<&Address<'_>>) -> Vec<String> {
 }
 
 /// `Name <addr>` (the name quoted when it needs to be), or `addr`.
-fn show(name: Option<&str>, spec: &str) -> String {
+pub(crate) fn show(name: Option<&str>, spec: &str) -> String {
     match name.map(str::trim).filter(|n| !n.is_empty()) {
         None => spec.to_owned(),
         Some(n)

@@ -3,7 +3,9 @@
 
 mod common;
 
-use agentaddress_email::{attachment, EmailLimits, Refusal};
+use agentaddress_email::{
+    attachment, parse_message, AuthResults, AuthVerdict, EmailLimits, Provider, Refusal,
+};
 use common::{accept, corpus, parse};
 use serde_json::json;
 
@@ -273,6 +275,59 @@ fn evil_filenames_are_sanitized() {
     );
 }
 
+/// A message whose author is ambiguous (docs/API.md §10) is attributed to no one: `from` is
+/// null, `source` is the envelope's sender, and a DMARC verdict a door computed for it (for
+/// whichever mailbox it chose) becomes `permerror`; a door that evaluated nothing keeps `none`.
+#[test]
+fn an_ambiguous_author_is_no_one() {
+    let pass = AuthResults {
+        spf: AuthVerdict::Pass,
+        dkim: AuthVerdict::Pass,
+        dmarc: AuthVerdict::Pass,
+    };
+    let parse_auth = |raw: &str, auth: AuthResults| {
+        parse_message(
+            raw.as_bytes(),
+            &common::envelope(),
+            None,
+            Provider::Ses,
+            auth,
+            None,
+            &EmailLimits::default(),
+        )
+        .unwrap_or_else(|e| panic!("{raw:?}: refused: {e:?}"))
+    };
+    for froms in [
+        "From: evil@evil.test\r\nFrom: Bank <bank@bank.test>\r\n",
+        "From: evil@evil.test, Bank <bank@bank.test>\r\n",
+        "From: bank.test\r\n",
+        "",
+    ] {
+        let raw = format!("{froms}To: a@inbox.example\r\nSubject: pay\r\n\r\nbody\r\n");
+        let parsed = parse_auth(&raw, pass);
+        assert_eq!(parsed.data["from"], json!(null), "{froms:?}");
+        assert_eq!(
+            parsed.source.as_deref(),
+            Some("bounce@sender.example"),
+            "{froms:?}"
+        );
+        assert_eq!(
+            parsed.data["auth"],
+            json!({"spf": "pass", "dkim": "pass", "dmarc": "permerror"}),
+            "{froms:?}"
+        );
+        let unevaluated = parse_auth(&raw, AuthResults::default());
+        assert_eq!(unevaluated.data["auth"]["dmarc"], "none", "{froms:?}");
+    }
+    let one = parse_auth(
+        "From: Bank <Bank@Bank.test>\r\nSubject: pay\r\n\r\nbody\r\n",
+        pass,
+    );
+    assert_eq!(one.data["from"], "Bank <Bank@Bank.test>");
+    assert_eq!(one.source.as_deref(), Some("bank@bank.test"));
+    assert_eq!(one.data["auth"]["dmarc"], "pass");
+}
+
 // ----- generated hostile messages -----
 
 const HEAD: &str = "From: x@example.com\r\nTo: a@inbox.example\r\nSubject: big\r\n";
@@ -312,6 +367,72 @@ fn ten_thousand_parts_refused() {
     assert_eq!(
         refusal.smtp_reply().to_string(),
         "554 5.6.0 Message structure too complex"
+    );
+}
+
+/// A multipart/mixed of `leaves` text parts: `leaves + 1` MIME parts, the container included,
+/// with its closing delimiter.
+fn multipart_of(leaves: usize) -> String {
+    let mut raw = format!("{HEAD}Content-Type: multipart/mixed; boundary=\"P\"\r\n\r\n");
+    for i in 0..leaves {
+        raw.push_str(&format!(
+            "--P\r\nContent-Type: text/plain\r\n\r\npart {i}\r\n"
+        ));
+    }
+    raw.push_str("--P--\r\n");
+    raw
+}
+
+/// docs/API.md §10 refuses "more than 1,000 parts": exactly 1,000 (the container and 999
+/// leaves; the closing delimiter starts no part) is accepted, 1,001 is refused.
+#[test]
+fn exactly_a_thousand_parts_accepted_one_more_refused() {
+    let ok = parse(multipart_of(999).as_bytes())
+        .unwrap_or_else(|e| panic!("a message of exactly 1,000 parts was refused: {e:?}"));
+    assert!(
+        ok.data["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("part 0") && t.contains("part 998")),
+        "{}",
+        ok.data["text"]
+    );
+    assert_eq!(
+        parse(multipart_of(1_000).as_bytes()),
+        Err(Refusal::TooComplex {
+            why: "too many MIME parts"
+        })
+    );
+}
+
+/// The parser finds a delimiter anywhere in a line (`x--P`), and reads the header block that
+/// follows a boundary on the same line: neither hides parts from the bounds.
+#[test]
+fn delimiters_inside_lines_are_bounded_too() {
+    let mut raw = format!("{HEAD}Content-Type: multipart/mixed; boundary=\"P\"\r\n\r\n");
+    for i in 0..1_000 {
+        raw.push_str(&format!("x--P\r\n\r\npart {i}\r\n"));
+    }
+    raw.push_str("--P--\r\n");
+    assert_eq!(
+        parse(raw.as_bytes()),
+        Err(Refusal::TooComplex {
+            why: "too many MIME parts"
+        })
+    );
+    let mut inner = String::from("Content-Type: multipart/mixed; boundary=\"i\"\r\n\r\n");
+    for _ in 0..10 {
+        inner.push_str("--i\r\n\r\nx\r\n");
+    }
+    let encoded = base64_lines(inner.as_bytes());
+    let raw = format!(
+        "{HEAD}Content-Type: multipart/mixed; boundary=\"o\"\r\n\r\n--oContent-Type: \
+         message/rfc822\r\nContent-Transfer-Encoding: base64\r\n\r\n{encoded}--o--\r\n"
+    );
+    assert_eq!(
+        parse(raw.as_bytes()),
+        Err(Refusal::TooComplex {
+            why: "encoded message/rfc822 part"
+        })
     );
 }
 

@@ -6,14 +6,14 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::{append_in_tx, append_over_quota, check_quota};
 use crate::domain::outbound::{
-    code_hashes_equal, seconds_to_next_day, utc_day, ContactStatus, SendStatus, CODE_MAILS_PER_DAY,
-    CODE_TRIES,
+    code_hashes_equal, code_mails_from_scope, code_mails_to_scope, seconds_to_next_day, utc_day,
+    ContactStatus, SendStatus, CODE_MAILS_PER_DAY, CODE_TRIES,
 };
 use crate::domain::{Limits, Millis};
 use crate::rows::*;
 use crate::store::{
-    CodeCheck, CodeIssued, ContactRecord, EventRef, NewCode, NewSend, OutboundMessage, SendOutcome,
-    SendRecord, SendRecorded, StoreError, StoreResult,
+    CodeCheck, CodeIssued, CodeMailCap, ContactRecord, EventRef, NewCode, NewSend, OutboundMessage,
+    SendOutcome, SendRecord, SendRecorded, StoreError, StoreResult,
 };
 use crate::SqliteStore;
 
@@ -33,6 +33,62 @@ fn contact_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<ContactRecord> {
         code_day: r.get(7)?,
         code_mails: u32::try_from(r.get::<_, i64>(8)?).unwrap_or(u32::MAX),
     })
+}
+
+/// The count of `scope` on UTC day `day` (docs/API.md §16's server-wide daily caps).
+fn daily_count(conn: &Connection, scope: &str, day: i64) -> StoreResult<u64> {
+    let count: Option<i64> = conn
+        .prepare_cached("SELECT count FROM daily_counts WHERE scope = ?1 AND day = ?2")
+        .map_err(sql_err)?
+        .query_row(params![scope, day], |r| r.get(0))
+        .optional()
+        .map_err(sql_err)?;
+    Ok(count.map_or(0, u))
+}
+
+fn count_up(conn: &Connection, scope: &str, day: i64) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT INTO daily_counts (scope, day, count) VALUES (?1, ?2, 1) \
+         ON CONFLICT (scope, day) DO UPDATE SET count = count + 1",
+    )
+    .map_err(sql_err)?
+    .execute(params![scope, day])
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Refuses a code mail past the recipient mailbox's or the client's daily cap, in that order;
+/// else counts it against both. In the transaction that issues the code.
+fn count_code_mail(
+    conn: &Connection,
+    code: &NewCode,
+    limits: &Limits,
+    now: Millis,
+) -> StoreResult<()> {
+    let day = utc_day(now);
+    let to = code_mails_to_scope(&code.email);
+    let from = code_mails_from_scope(&code.client);
+    for (scope, cap, max) in [
+        (
+            &to,
+            CodeMailCap::Recipient,
+            limits.code_mails_per_recipient_per_day,
+        ),
+        (
+            &from,
+            CodeMailCap::Client,
+            limits.code_mails_per_client_per_day,
+        ),
+    ] {
+        if daily_count(conn, scope, day)? >= max {
+            return Err(StoreError::CodeMailCap {
+                cap,
+                retry_after_seconds: seconds_to_next_day(now),
+            });
+        }
+    }
+    count_up(conn, &to, day)?;
+    count_up(conn, &from, day)
 }
 
 fn load_contact(conn: &Connection, id: &str, email: &str) -> StoreResult<Option<ContactRecord>> {
@@ -116,6 +172,7 @@ impl SqliteStore {
         now: Millis,
     ) -> StoreResult<CodeIssued> {
         let id = id.to_owned();
+        let limits = limits.clone();
         let max_contacts = limits.max_contacts;
         self.write(move |conn| {
             live_address(conn, &id, now)?;
@@ -131,6 +188,7 @@ impl SqliteStore {
                             retry_after_seconds: seconds_to_next_day(now),
                         });
                     }
+                    count_code_mail(conn, &code, &limits, now)?;
                     conn.prepare_cached(
                         "UPDATE contacts SET code_hash = ?3, code_expires_at = ?4, \
                          code_tries = 0, code_day = ?5, code_mails = ?6 \
@@ -156,6 +214,7 @@ impl SqliteStore {
                     if u(count) >= max_contacts {
                         return Err(StoreError::QuotaExceeded);
                     }
+                    count_code_mail(conn, &code, &limits, now)?;
                     conn.prepare_cached(
                         "INSERT INTO contacts (address_id, email, status, created_at, code_hash, \
                          code_expires_at, code_tries, code_day, code_mails) \

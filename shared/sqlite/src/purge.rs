@@ -44,6 +44,12 @@ impl SqliteStore {
                     .map_err(sql_err)?;
                 conn.execute("DELETE FROM emails WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
+                // Daily counts of days gone (yesterday's is kept: a clock a little behind).
+                conn.execute(
+                    "DELETE FROM daily_counts WHERE day < ?1",
+                    [crate::domain::outbound::utc_day(now) - 1],
+                )
+                .map_err(sql_err)?;
                 // A send in delivery stays until it is sent or failed.
                 conn.execute(
                     "DELETE FROM sends WHERE expires_at <= ?1 AND status != 'pending'",

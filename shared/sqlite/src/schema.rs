@@ -163,6 +163,17 @@ CREATE INDEX sends_by_day ON sends(address_id, day);
 CREATE INDEX sends_due ON sends(next_attempt_at) WHERE status = 'pending';
 CREATE INDEX sends_expiry ON sends(expires_at);
 "#,
+    // 7: server-wide daily counts (docs/API.md §16): the code mails of a UTC `day` per
+    // `scope` (`code_to:{mailbox}`, `code_from:{client}`), counted in the transaction that
+    // issues the code. The sweep forgets days before yesterday.
+    r#"
+CREATE TABLE daily_counts (
+    scope TEXT NOT NULL,
+    day   INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (scope, day)
+) WITHOUT ROWID;
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

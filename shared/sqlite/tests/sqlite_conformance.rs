@@ -124,7 +124,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 6));
+        assert_eq!((mode.as_str(), version), ("wal", 7));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -240,7 +240,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 6);
+        assert_eq!(version, 7);
     }
 
     #[tokio::test]

@@ -4,8 +4,9 @@
 use super::Invalid;
 
 /// The Unicode `Bidi_Control` characters: ALM, LRM, RLM, LRE..RLO and LRI..PDI. They reorder
-/// how the text around them is displayed without being visible themselves.
-fn is_bidi_control(c: char) -> bool {
+/// how the text around them is displayed without being visible themselves (also used for the
+/// filenames of email attachments, docs/API.md §10).
+pub fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'

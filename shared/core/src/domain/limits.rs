@@ -39,6 +39,12 @@ pub struct Limits {
     pub max_contacts: u64,
     /// Emails an address may send per UTC day (docs/API.md §16).
     pub sends_per_day: u64,
+    /// Contact code mails one recipient mailbox may be sent per UTC day, by all addresses
+    /// together (docs/API.md §16; the mailbox as [`crate::domain::outbound::recipient_key`]).
+    pub code_mails_per_recipient_per_day: u64,
+    /// Contact code mails one client (an IPv4 address or an IPv6 /64) may ask for per UTC day,
+    /// for all addresses together (docs/API.md §16).
+    pub code_mails_per_client_per_day: u64,
 }
 
 impl Default for Limits {
@@ -59,6 +65,8 @@ impl Default for Limits {
             max_open_requests: 20,
             max_contacts: 10,
             sends_per_day: 20,
+            code_mails_per_recipient_per_day: 5,
+            code_mails_per_client_per_day: 20,
         }
     }
 }

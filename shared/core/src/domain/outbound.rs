@@ -165,6 +165,34 @@ pub fn check_text(s: &str) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// The mailbox a code mail is counted against, server-wide (docs/API.md §16): the contact
+/// (already lower-cased, [`parse_contact_email`]) without a `+tag` in its local part, so that
+/// `Victim+1@Example.com` and `victim@example.com` are one mailbox. (Whether a mail system
+/// treats `+` as a tag, or the case of local parts as significant, is its own business; for a
+/// cap, counting more addresses as one only makes it bite earlier.)
+pub fn recipient_key(contact: &str) -> String {
+    let lower = contact.to_ascii_lowercase();
+    match lower.rsplit_once('@') {
+        Some((local, domain)) => {
+            let base = local.split('+').next().unwrap_or(local);
+            let base = if base.is_empty() { local } else { base };
+            format!("{base}@{domain}")
+        }
+        None => lower,
+    }
+}
+
+/// The scope of the daily count of code mails to one recipient mailbox ([`recipient_key`]).
+pub fn code_mails_to_scope(contact: &str) -> String {
+    format!("code_to:{}", recipient_key(contact))
+}
+
+/// The scope of the daily count of code mails one client asked for (its client key,
+/// [`crate::domain::client::ClientKey`]).
+pub fn code_mails_from_scope(client: &str) -> String {
+    format!("code_from:{client}")
+}
+
 /// A new confirmation code: six decimal digits from the OS's CSPRNG.
 pub fn new_code() -> String {
     let n: u32 = rand::rngs::OsRng.gen_range(0..1_000_000);
@@ -308,6 +336,30 @@ fn truncate_for_message(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recipients_are_counted_by_mailbox() {
+        assert_eq!(recipient_key("victim@example.com"), "victim@example.com");
+        assert_eq!(recipient_key("Victim+1@Example.COM"), "victim@example.com");
+        assert_eq!(
+            recipient_key("victim+a+b@example.com"),
+            "victim@example.com"
+        );
+        assert_eq!(recipient_key("+tag@example.com"), "+tag@example.com");
+        assert_ne!(
+            recipient_key("victim@example.com"),
+            recipient_key("victim@example.org")
+        );
+        assert_ne!(
+            recipient_key("victim@example.com"),
+            recipient_key("victim2@example.com")
+        );
+        assert_eq!(code_mails_to_scope("V+x@E.com"), "code_to:v@e.com");
+        assert_eq!(
+            code_mails_from_scope("2001:db8::/64"),
+            "code_from:2001:db8::/64"
+        );
+    }
 
     #[test]
     fn contact_emails() {

@@ -23,8 +23,8 @@ use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
 pub use outbound::{
-    CodeCheck, CodeIssued, ContactRecord, NewCode, NewSend, OutboundMessage, SendOutcome,
-    SendRecord, SendRecorded,
+    CodeCheck, CodeIssued, CodeMailCap, ContactRecord, NewCode, NewSend, OutboundMessage,
+    SendOutcome, SendRecord, SendRecorded,
 };
 pub use signal::FeedSignal;
 
@@ -59,6 +59,13 @@ pub enum StoreError {
     /// A daily limit is reached (docs/API.md §16); it resets in `retry_after_seconds`.
     #[error("a daily limit is reached (retry in {retry_after_seconds} s)")]
     DailyLimit { retry_after_seconds: u64 },
+    /// A server-wide daily cap on code mails is reached (docs/API.md §16): the recipient
+    /// mailbox's or the asking client's; it resets in `retry_after_seconds`.
+    #[error("a daily cap on code mails is reached ({cap:?}; retry in {retry_after_seconds} s)")]
+    CodeMailCap {
+        cap: CodeMailCap,
+        retry_after_seconds: u64,
+    },
     /// This store does not implement the operation (yet); answered as 501 `not_supported`.
     #[error("not supported by this store: {0}")]
     NotSupported(&'static str),
@@ -577,6 +584,13 @@ pub trait Store: Send + Sync + 'static {
     /// confirmed contact is [`CodeIssued::AlreadyConfirmed`] and changes nothing. A new contact
     /// beyond `limits.max_contacts` is [`StoreError::QuotaExceeded`]; a fourth code on one UTC
     /// day ([`crate::domain::outbound::CODE_MAILS_PER_DAY`]) is [`StoreError::DailyLimit`].
+    /// The same step counts the code against two server-wide daily counts (each UTC day's,
+    /// whatever the address): the recipient mailbox's
+    /// ([`crate::domain::outbound::code_mails_to_scope`]) and the asking client's
+    /// ([`crate::domain::outbound::code_mails_from_scope`] of `code.client`); one already at
+    /// `limits.code_mails_per_recipient_per_day` or `limits.code_mails_per_client_per_day` is
+    /// [`StoreError::CodeMailCap`], checked in that order after the contact's own limits. A
+    /// refusal changes nothing, counts included.
     async fn issue_contact_code(
         &self,
         id: &str,

@@ -35,6 +35,20 @@ pub struct NewCode {
     pub email: String,
     pub code_hash: String,
     pub expires_at: Millis,
+    /// The client asking for it (its client key: an IPv4 address or an IPv6 /64), whose code
+    /// mails of the day are counted ([`crate::domain::Limits::code_mails_per_client_per_day`]).
+    pub client: String,
+}
+
+/// Which server-wide daily cap on code mails refused one (docs/API.md §16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeMailCap {
+    /// The recipient's mailbox was mailed its codes of the day, by all addresses together
+    /// ([`crate::domain::Limits::code_mails_per_recipient_per_day`]).
+    Recipient,
+    /// The asking client asked for its code mails of the day, for all addresses together
+    /// ([`crate::domain::Limits::code_mails_per_client_per_day`]).
+    Client,
 }
 
 /// What [`super::Store::issue_contact_code`] did.

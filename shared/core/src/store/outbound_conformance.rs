@@ -26,6 +26,7 @@ macro_rules! store_outbound_conformance_tests {
         $crate::__outbound_conformance_cases!($make;
             contacts_are_confirmed_by_their_code, codes_are_spent_after_their_tries,
             codes_expire, code_mails_are_limited_per_day, contacts_are_capped,
+            code_mails_are_capped_per_recipient_mailbox, code_mails_are_capped_per_client,
             concurrent_tries_are_each_counted, sends_need_a_confirmed_contact,
             a_send_is_recorded_once_per_key, sends_are_limited_per_day,
             sends_need_two_free_feed_slots, a_send_is_claimed_retried_and_failed,
@@ -51,17 +52,37 @@ macro_rules! __outbound_conformance_cases {
 
 const ADA: &str = "ada@example.com";
 
+/// The default limits without the server-wide daily caps on code mails: the cases that are not
+/// about them mail `ADA` many times (and a DynamoDB table is shared by every case of a run).
+fn uncapped() -> Limits {
+    Limits {
+        code_mails_per_recipient_per_day: 1_000_000_000,
+        code_mails_per_client_per_day: 1_000_000_000,
+        ..Limits::default()
+    }
+}
+
+/// A tag no other case, nor another run on the same table, uses.
+fn unique() -> String {
+    outbound::new_send_id().replace(outbound::SEND_PREFIX, "")
+}
+
 fn code(address_id: &str, email: &str, digits: &str, now: Millis) -> NewCode {
+    code_from(address_id, email, digits, now, "192.0.2.1")
+}
+
+fn code_from(address_id: &str, email: &str, digits: &str, now: Millis, client: &str) -> NewCode {
     NewCode {
         email: email.into(),
         code_hash: code_hash(address_id, email, digits),
         expires_at: now + CODE_VALID_MS,
+        client: client.into(),
     }
 }
 
 async fn issue(store: &dyn Store, id: &str, email: &str, digits: &str, now: Millis) -> CodeIssued {
     store
-        .issue_contact_code(id, code(id, email, digits, now), &Limits::default(), now)
+        .issue_contact_code(id, code(id, email, digits, now), &uncapped(), now)
         .await
         .expect("issue a code")
 }
@@ -228,7 +249,7 @@ pub async fn code_mails_are_limited_per_day(store: &dyn Store) {
         .issue_contact_code(
             &a.id,
             code(&a.id, ADA, "123456", day_start + 10),
-            &Limits::default(),
+            &uncapped(),
             day_start + 10,
         )
         .await;
@@ -258,7 +279,7 @@ pub async fn contacts_are_capped(store: &dyn Store) {
     let a = new_address(store, None).await;
     let limits = Limits {
         max_contacts: 2,
-        ..Limits::default()
+        ..uncapped()
     };
     for email in ["a@example.com", "b@example.com"] {
         store
@@ -288,6 +309,189 @@ pub async fn contacts_are_capped(store: &dyn Store) {
         .await
         .expect("a known contact");
     assert_eq!(store.list_contacts(&a.id, T0).await.map(|c| c.len()), Ok(2));
+}
+
+/// docs/API.md §16: one recipient mailbox (case-insensitive, `+tag` ignored) is mailed at most
+/// `code_mails_per_recipient_per_day` codes a UTC day by all addresses together; past it the
+/// code is refused and nothing changes, counts included.
+pub async fn code_mails_are_capped_per_recipient_mailbox(store: &dyn Store) {
+    let tag = unique();
+    let victim = format!("victim-{tag}@example.com");
+    let limits = Limits {
+        code_mails_per_recipient_per_day: 3,
+        ..uncapped()
+    };
+    let day_start = (T0 / DAY + 1) * DAY;
+    let ask = |id: String, email: String, client: String, digits: &'static str, now: Millis| {
+        let limits = limits.clone();
+        async move {
+            store
+                .issue_contact_code(
+                    &id,
+                    code_from(&id, &email, digits, now, &client),
+                    &limits,
+                    now,
+                )
+                .await
+        }
+    };
+    // Three addresses, three clients, three spellings of one mailbox: three code mails.
+    let mut addresses = Vec::new();
+    for (n, email) in [
+        victim.clone(),
+        format!("victim-{tag}+1@example.com"),
+        format!("victim-{tag}+two@example.com"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let a = new_address(store, None).await;
+        let issued = ask(
+            a.id.clone(),
+            email,
+            format!("client-{tag}-{n}"),
+            "123456",
+            day_start + 1,
+        )
+        .await;
+        assert!(
+            matches!(issued, Ok(CodeIssued::Issued(_))),
+            "{n}: {issued:?}"
+        );
+        addresses.push(a.id);
+    }
+    let refused = Err(StoreError::CodeMailCap {
+        cap: super::CodeMailCap::Recipient,
+        retry_after_seconds: 86_400,
+    });
+    // A fourth address: refused, and its contact is not created.
+    let d = new_address(store, None).await;
+    assert_eq!(
+        ask(
+            d.id.clone(),
+            format!("victim-{tag}+3@example.com"),
+            format!("client-{tag}-3"),
+            "123456",
+            day_start + 2
+        )
+        .await,
+        refused
+    );
+    assert_eq!(store.list_contacts(&d.id, T0).await, Ok(Vec::new()));
+    // A known contact asking again: refused, and its code is not replaced.
+    assert_eq!(
+        ask(
+            addresses[0].clone(),
+            victim.clone(),
+            format!("client-{tag}-0"),
+            "654321",
+            day_start + 3
+        )
+        .await,
+        refused
+    );
+    assert!(matches!(
+        check(store, &addresses[0], &victim, "123456", day_start + 4).await,
+        CodeCheck::Confirmed(_)
+    ));
+    // A confirmed contact asked again mails nothing and counts nothing; another mailbox has
+    // its own count; the next UTC day starts over.
+    assert!(matches!(
+        ask(
+            addresses[0].clone(),
+            victim.clone(),
+            format!("client-{tag}-0"),
+            "111111",
+            day_start + 5
+        )
+        .await,
+        Ok(CodeIssued::AlreadyConfirmed(_))
+    ));
+    let other = ask(
+        d.id.clone(),
+        format!("other-{tag}@example.com"),
+        format!("client-{tag}-3"),
+        "123456",
+        day_start + 6,
+    )
+    .await;
+    assert!(matches!(other, Ok(CodeIssued::Issued(_))), "{other:?}");
+    let next_day = ask(
+        d.id.clone(),
+        victim.clone(),
+        format!("client-{tag}-3"),
+        "123456",
+        day_start + DAY,
+    )
+    .await;
+    assert!(
+        matches!(next_day, Ok(CodeIssued::Issued(_))),
+        "{next_day:?}"
+    );
+}
+
+/// docs/API.md §16: one client asks for at most `code_mails_per_client_per_day` code mails a
+/// UTC day for all addresses together (addresses created from one IP mail few codes); past
+/// it nothing changes, and the refused code did not count against its recipient either.
+pub async fn code_mails_are_capped_per_client(store: &dyn Store) {
+    let tag = unique();
+    let client = format!("client-{tag}");
+    let limits = Limits {
+        code_mails_per_client_per_day: 2,
+        code_mails_per_recipient_per_day: 1,
+        ..uncapped()
+    };
+    let day_start = (T0 / DAY + 1) * DAY;
+    for n in 0..2 {
+        let a = new_address(store, None).await;
+        let email = format!("person-{tag}-{n}@example.com");
+        let issued = store
+            .issue_contact_code(
+                &a.id,
+                code_from(&a.id, &email, "123456", day_start, &client),
+                &limits,
+                day_start,
+            )
+            .await;
+        assert!(
+            matches!(issued, Ok(CodeIssued::Issued(_))),
+            "{n}: {issued:?}"
+        );
+    }
+    let c = new_address(store, None).await;
+    let third = format!("person-{tag}-2@example.com");
+    assert_eq!(
+        store
+            .issue_contact_code(
+                &c.id,
+                code_from(&c.id, &third, "123456", day_start + 1, &client),
+                &limits,
+                day_start + 1,
+            )
+            .await,
+        Err(StoreError::CodeMailCap {
+            cap: super::CodeMailCap::Client,
+            retry_after_seconds: 86_400,
+        })
+    );
+    assert_eq!(store.list_contacts(&c.id, T0).await, Ok(Vec::new()));
+    // Another client may mail that recipient: the refusal counted nothing against it (its
+    // cap is 1 here).
+    let other = store
+        .issue_contact_code(
+            &c.id,
+            code_from(
+                &c.id,
+                &third,
+                "123456",
+                day_start + 2,
+                &format!("other-{tag}"),
+            ),
+            &limits,
+            day_start + 2,
+        )
+        .await;
+    assert!(matches!(other, Ok(CodeIssued::Issued(_))), "{other:?}");
 }
 
 pub async fn concurrent_tries_are_each_counted(store: &dyn Store) {
@@ -679,7 +883,7 @@ pub async fn outbound_goes_with_its_address(store: &dyn Store) {
     );
     assert_eq!(
         store
-            .issue_contact_code(&id, code(&id, ADA, "123456", now), &Limits::default(), now)
+            .issue_contact_code(&id, code(&id, ADA, "123456", now), &uncapped(), now)
             .await,
         Err(StoreError::AddressGone)
     );
