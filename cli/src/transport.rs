@@ -259,7 +259,8 @@ impl ConnState {
 /// drops the connection. Over HTTP/2 the socket never blocks: a client that keeps a stream's
 /// flow-control window closed leaves that stream's data with the HTTP library, which then
 /// stops asking the answer for more. So each answer's body says when it handed out a chunk
-/// and is not asked for the next; when one has waited for the write timeout, the connection's
+/// and is neither asked for the next nor dropped (hyper drops a body once it has passed its
+/// last chunk on); when one has waited for the write timeout, the connection's
 /// reader ends the connection — which resets its streams and gives back every byte they held
 /// (hyper offers no way to reset one stream from outside). Bodies are handed out in chunks of
 /// at most [`CHUNK`] bytes, so that a stalled stream shows while the library holds one chunk.
@@ -930,10 +931,9 @@ impl InFlightBody {
         }
     }
 
+    /// A chunk was handed out: until the library asks for the next one, or drops the body
+    /// (which it does once it has passed the last chunk on), the answer waits for its client.
     fn handed_out(&mut self) {
-        if self.rest.is_empty() && self.inner.is_end_stream() {
-            return;
-        }
         self.waiting = true;
         let state = &self.in_flight.0;
         state.stalls.waiting_since(self.id, Instant::now());

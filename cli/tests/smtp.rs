@@ -630,7 +630,26 @@ async fn messages_being_received_share_a_memory_budget() {
         two.cmd("DATA").await,
         "452 4.3.1 Insufficient system resources, try again later"
     );
-    assert_eq!(one.cmd(".").await, "250 2.0.0 OK");
+    // The first message is delivered; meanwhile the second session says NOOP, so that a slow
+    // delivery (a loaded machine) does not run it into the 2 s command timeout.
+    let delivered = std::cell::Cell::new(false);
+    let (reply, ()) = tokio::join!(
+        async {
+            let reply = one.cmd(".").await;
+            delivered.set(true);
+            reply
+        },
+        async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if delivered.get() {
+                    break;
+                }
+                starts(&two.cmd("NOOP").await, "250");
+            }
+        }
+    );
+    assert_eq!(reply, "250 2.0.0 OK");
     // Its transaction stands: DATA again, now that the budget is free.
     starts(&two.cmd("DATA").await, "354");
     two.send(&message("budget-2@example.com", &a.email, "Second"))

@@ -135,9 +135,9 @@ pub async fn stream_events(
     };
     // Neither the request's headers nor its URI are held while the stream waits.
     drop((headers, uri, record));
-    // The first page is read before answering, so that a store failure is a JSON error.
-    let first = Instant::now() + settings.heartbeat;
-    feed.read_page(first).await?;
+    // The first page is read before answering, so that a store failure is a JSON error; under
+    // memory pressure the stream answers at once and waits for memory as it streams.
+    feed.read_page(Instant::now()).await?;
     let stream = futures::stream::unfold(feed, |mut feed| async move {
         feed.next()
             .await
