@@ -15,12 +15,6 @@ mod transport;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc, not the system's malloc: glibc keeps memory freed by many threads in per-thread
-/// arenas, so after a burst of large pages `serve` stayed hundreds of MiB larger; mimalloc
-/// returns freed pages to the system (docs/PERFORMANCE.md, "Hostile clients").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "agentaddress",
