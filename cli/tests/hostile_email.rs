@@ -15,91 +15,17 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::smtp::{agent_server, deliver_raw, fake_dns, serve, starts, Address, DOMAIN};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
-use tokio::process::{Child, ChildStdout};
-
-const DOMAIN: &str = "inbox.test";
-
-struct Serve {
-    _child: Child,
-    base: String,
-    smtp: String,
-    _stdout: BufReader<ChildStdout>,
-    _dir: tempfile::TempDir,
-}
-
-/// `agentaddress serve` with its SMTP door, for `domain`.
-async fn serve(domain: &str, extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let db = dir.path().join("hostile.db");
-    let mut args = vec!["--email-domain", domain];
-    args.extend_from_slice(extra);
-    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
-    Serve {
-        _child: child,
-        base,
-        smtp,
-        _stdout: stdout,
-        _dir: dir,
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Address {
-    base: String,
-    id: String,
-    email: String,
-    token: String,
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::new()
-}
-
-async fn create(s: &Serve) -> Address {
-    let r = http()
-        .post(format!("{}/api/v1/addresses", s.base))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
-    assert_eq!(r.status(), 201);
-    let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Address {
-        base: s.base.clone(),
-        id: text(&v["address"]["id"]),
-        email: text(&v["address"]["email"]),
-        token: text(&v["credentials"]["read_token"]),
-    }
-}
 
 impl Address {
-    /// Every event of the feed.
-    async fn events(&self) -> Vec<Value> {
-        let r = http()
-            .get(format!(
-                "{}/api/v1/addresses/{}/events?after=0",
-                self.base, self.id
-            ))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET events: {e}"));
-        assert_eq!(r.status(), 200);
-        let v: Value = r.json().await.unwrap_or_else(|e| panic!("feed JSON: {e}"));
-        v["events"].as_array().cloned().unwrap_or_default()
-    }
-
     /// `POST {root}/email/contacts {"email"}`: the status, `Retry-After`, and the body.
     async fn add_contact(&self, email: &str) -> (u16, Option<String>, Value) {
-        let r = http()
+        let r = reqwest::Client::new()
             .post(format!(
                 "{}/api/v1/addresses/{}/email/contacts",
                 self.base, self.id
@@ -119,145 +45,13 @@ impl Address {
     }
 }
 
-// ----- a raw SMTP client (as in tests/smtp.rs) -----
-
-struct Raw {
-    r: BufReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-}
-
-impl Raw {
-    async fn connect(addr: &str) -> (Raw, String) {
-        let stream = TcpStream::connect(addr)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-        let (r, w) = stream.into_split();
-        let mut raw = Raw {
-            r: BufReader::new(r),
-            w,
-        };
-        let greeting = raw.reply().await;
-        (raw, greeting)
-    }
-
-    async fn send(&mut self, bytes: &str) {
-        self.w
-            .write_all(bytes.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
-    }
-
-    async fn reply(&mut self) -> String {
-        let mut all = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(Duration::from_secs(30), self.r.read_line(&mut line))
-                .await
-                .unwrap_or_else(|_| panic!("no reply within 30 s (so far: {all:?})"))
-                .unwrap_or_else(|e| panic!("read: {e}"));
-            if n == 0 {
-                return all.join("\n");
-            }
-            let line = line.trim_end().to_owned();
-            let last = line.as_bytes().get(3) != Some(&b'-');
-            all.push(line);
-            if last {
-                return all.join("\n");
-            }
-        }
-    }
-
-    async fn cmd(&mut self, line: &str) -> String {
-        self.send(&format!("{line}\r\n")).await;
-        self.reply().await
-    }
-}
-
-fn starts(reply: &str, prefix: &str) {
-    assert!(
-        reply.starts_with(prefix),
-        "expected a reply starting {prefix:?}, got {reply:?}"
-    );
-}
-
-/// A whole transaction on a raw connection: the reply to the message's final `.`.
-async fn send_raw(smtp: &str, from: &str, rcpt: &str, body: &str) -> String {
-    let (mut c, greeting) = Raw::connect(smtp).await;
-    starts(&greeting, "220 ");
-    starts(&c.cmd("EHLO client.example").await, "250");
-    starts(&c.cmd(&format!("MAIL FROM:<{from}>")).await, "250 2.1.0");
-    starts(&c.cmd(&format!("RCPT TO:<{rcpt}>")).await, "250 2.1.5");
-    starts(&c.cmd("DATA").await, "354");
-    c.send(body).await;
-    let reply = c.cmd(".").await;
-    let mut rest = Vec::new();
+/// A whole transaction on a raw connection: the reply to the message's final `.`. Then `QUIT`,
+/// its reply unchecked, and up to 5 s for the server to close the connection.
+async fn send_raw(smtp: &SocketAddr, from: &str, rcpt: &str, body: &str) -> String {
+    let (mut c, reply) = deliver_raw(smtp, from, &[rcpt], body).await;
     c.send("QUIT\r\n").await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), c.r.read_to_end(&mut rest)).await;
+    let _ = c.closed_or_reset().await;
     reply
-}
-
-// ----- a fake DNS server (as in tests/smtp.rs) -----
-
-/// A DNS server on UDP for `--smtp-dns-resolver`: TXT queries for a name of `records` get its
-/// strings; other queries for a known name get no answer; unknown names NXDOMAIN.
-async fn fake_dns(
-    records: Vec<(&'static str, &'static str)>,
-) -> (String, tokio::task::JoinHandle<()>) {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind UDP: {e}"));
-    let addr = socket
-        .local_addr()
-        .unwrap_or_else(|e| panic!("UDP address: {e}"))
-        .to_string();
-    let task = tokio::spawn(async move {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            if let Some(answer) = dns_answer(&buf[..n], &records) {
-                let _ = socket.send_to(&answer, from).await;
-            }
-        }
-    });
-    (addr, task)
-}
-
-fn dns_answer(q: &[u8], records: &[(&str, &str)]) -> Option<Vec<u8>> {
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_lowercase());
-        i += len;
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    let question = q.get(12..i + 4)?;
-    let name = labels.join(".");
-    let known = records.iter().any(|(n, _)| *n == name);
-    let answers: Vec<&str> = records
-        .iter()
-        .filter(|(n, _)| qtype == 16 && *n == name)
-        .map(|(_, t)| *t)
-        .collect();
-    let mut out = Vec::new();
-    out.extend_from_slice(q.get(..2)?);
-    out.push(0x84 | (q.get(2)? & 0x01)); // QR, AA, RD as asked
-    out.push(if known { 0x80 } else { 0x83 }); // RA; NOERROR or NXDOMAIN
-    out.extend_from_slice(&[0, 1]);
-    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(question);
-    for txt in answers {
-        out.extend_from_slice(&[0xC0, 0x0C, 0, 16, 0, 1, 0, 0, 0, 60]);
-        let len = u8::try_from(txt.len()).ok()?;
-        out.extend_from_slice(&(u16::from(len) + 1).to_be_bytes());
-        out.push(len);
-        out.extend_from_slice(txt.as_bytes());
-    }
-    Some(out)
 }
 
 /// evil.test lets this machine send for it (SPF) and publishes no DMARC policy; bank.test
@@ -290,7 +84,7 @@ async fn an_ambiguous_from_is_refused_under_check_auth() {
         &["--smtp-check-auth", "--smtp-dns-resolver", dns.as_str()],
     )
     .await;
-    let a = create(&s).await;
+    let a = s.new_address().await;
     for (n, froms) in [
         "From: Mallory <evil@evil.test>\r\nFrom: Bank <ceo@bank.test>\r\n",
         "From: Mallory <evil@evil.test>, Bank <ceo@bank.test>\r\n",
@@ -347,7 +141,7 @@ async fn an_allowed_ambiguous_from_is_attributed_to_no_one() {
         ],
     )
     .await;
-    let a = create(&s).await;
+    let a = s.new_address().await;
     let froms = [
         "From: Mallory <evil@evil.test>\r\nFrom: Bank <ceo@bank.test>\r\n",
         "From: Mallory <evil@evil.test>, Bank <ceo@bank.test>\r\n",
@@ -384,18 +178,8 @@ async fn an_allowed_ambiguous_from_is_attributed_to_no_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn code_mails_to_one_mailbox_are_capped_across_addresses() {
     let mailboxes = serve("people.test", &[]).await;
-    let victim = create(&mailboxes).await;
-    let url = format!("smtp://{}", mailboxes.smtp);
-    let agents = serve(
-        "agents.test",
-        &[
-            "--email-from",
-            "Agents <mail@agents.test>",
-            "--smtp-relay",
-            url.as_str(),
-        ],
-    )
-    .await;
+    let victim = mailboxes.new_address().await;
+    let agents = agent_server(&mailboxes, &[]).await;
     let (local, domain) = victim
         .email
         .split_once('@')
@@ -410,7 +194,7 @@ async fn code_mails_to_one_mailbox_are_capped_across_addresses() {
     ];
     let mut answers = Vec::new();
     for spelling in &spellings {
-        let a = create(&agents).await;
+        let a = agents.new_address().await;
         answers.push(a.add_contact(spelling).await);
     }
     for (n, (status, _, v)) in answers.iter().take(5).enumerate() {
@@ -443,24 +227,12 @@ async fn code_mails_one_client_asks_for_are_capped() {
     let mailboxes = serve("people.test", &[]).await;
     let mut people = Vec::new();
     for _ in 0..4 {
-        people.push(create(&mailboxes).await);
+        people.push(mailboxes.new_address().await);
     }
-    let url = format!("smtp://{}", mailboxes.smtp);
-    let agents = serve(
-        "agents.test",
-        &[
-            "--email-from",
-            "Agents <mail@agents.test>",
-            "--smtp-relay",
-            url.as_str(),
-            "--code-mails-per-client-per-day",
-            "3",
-        ],
-    )
-    .await;
+    let agents = agent_server(&mailboxes, &["--code-mails-per-client-per-day", "3"]).await;
     let mut answers = Vec::new();
     for person in &people {
-        let a = create(&agents).await;
+        let a = agents.new_address().await;
         answers.push(a.add_contact(&person.email).await);
     }
     for (n, (status, _, v)) in answers.iter().take(3).enumerate() {
@@ -629,7 +401,7 @@ async fn a_relay_password_is_never_repeated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attachment_names_lose_their_bidi_controls() {
     let s = serve(DOMAIN, &[]).await;
-    let a = create(&s).await;
+    let a = s.new_address().await;
     let body = format!(
         "From: ada@example.com\r\nTo: {}\r\nSubject: Invoice\r\nMessage-ID: <bidi@example.com>\r\n\
          MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n\
@@ -682,7 +454,7 @@ fn parts_message(to: &str, leaves: usize) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_a_thousand_parts_pass_the_smtp_door() {
     let s = serve(DOMAIN, &[]).await;
-    let a = create(&s).await;
+    let a = s.new_address().await;
     assert_eq!(
         send_raw(
             &s.smtp,

@@ -12,16 +12,18 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use agentaddress_blackbox::{Address, Client};
 use bytes::Bytes;
+use common::net::{connect_from, rss_kib, socket_addr};
 use common::raw::path_of;
+use common::server;
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame;
@@ -29,47 +31,6 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 const MIB: u64 = 1024;
-
-async fn server(extra: &[&str]) -> (tokio::process::Child, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let (child, base) =
-        common::spawn_serve(&dir.path().join("agentaddress.db"), "127.0.0.1:0", extra).await;
-    (child, base, dir)
-}
-
-fn socket_addr(base: &str) -> SocketAddr {
-    base.strip_prefix("http://")
-        .and_then(|a| a.parse().ok())
-        .unwrap_or_else(|| panic!("not an http://ip:port URL: {base}"))
-}
-
-/// A connection from the loopback address `from` (127.0.0.x: one client IP per test role),
-/// with a small receive buffer when `rcvbuf` is set (a client that reads slowly).
-async fn connect_from(to: SocketAddr, from: [u8; 4], rcvbuf: Option<u32>) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
-    socket
-        .bind(SocketAddr::from((from, 0)))
-        .unwrap_or_else(|e| panic!("bind {from:?}: {e}"));
-    if let Some(size) = rcvbuf {
-        socket
-            .set_recv_buffer_size(size)
-            .unwrap_or_else(|e| panic!("SO_RCVBUF: {e}"));
-    }
-    socket
-        .connect(to)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {to}: {e}"))
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status"))
-}
 
 /// The server's peak RSS (KiB) sampled every 100 ms for `span`.
 async fn peak_rss(pid: u32, span: Duration) -> u64 {

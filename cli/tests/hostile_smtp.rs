@@ -5,87 +5,14 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpSocket;
-use tokio::process::Child;
-
-const DOMAIN: &str = "inbox.test";
+use common::smtp::{create, feed, serve, starts, Raw, DOMAIN};
+use serde_json::Value;
 
 const BARE_LINE_END: &str =
     "550 5.6.0 Message contains a bare CR or LF (RFC 5321 section 2.3.8); nothing was stored";
 const NO_MEMORY: &str = "452 4.3.1 Insufficient system resources, try again later";
-
-struct Serve {
-    _child: Child,
-    base: String,
-    smtp: SocketAddr,
-    _stdout: BufReader<tokio::process::ChildStdout>,
-    _dir: tempfile::TempDir,
-}
-
-async fn serve(extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let db = dir.path().join("smtp.db");
-    let mut args = vec!["--email-domain", DOMAIN];
-    args.extend_from_slice(extra);
-    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
-    Serve {
-        _child: child,
-        base,
-        smtp: smtp
-            .parse()
-            .unwrap_or_else(|e| panic!("SMTP address {smtp}: {e}")),
-        _stdout: stdout,
-        _dir: dir,
-    }
-}
-
-struct Address {
-    id: String,
-    email: String,
-    token: String,
-}
-
-async fn create(http: &reqwest::Client, base: &str) -> Address {
-    let r = http
-        .post(format!("{base}/api/v1/addresses"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
-    assert_eq!(r.status(), 201);
-    let v: Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("create JSON: {e}"));
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Address {
-        id: text(&v["address"]["id"]),
-        email: text(&v["address"]["email"]),
-        token: text(&v["credentials"]["read_token"]),
-    }
-}
-
-/// Every event of `a`'s feed, read with its read token.
-async fn feed(http: &reqwest::Client, base: &str, a: &Address) -> Vec<Value> {
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events?after=0&wait=0",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET events: {e}"));
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap_or_else(|e| panic!("feed JSON: {e}"));
-    v["events"].as_array().cloned().unwrap_or_default()
-}
 
 fn subjects(events: &[Value]) -> Vec<String> {
     events
@@ -109,101 +36,6 @@ fn body(n: usize) -> String {
     out
 }
 
-fn starts(reply: &str, prefix: &str) {
-    assert!(
-        reply.starts_with(prefix),
-        "expected a reply starting {prefix:?}, got {reply:?}"
-    );
-}
-
-/// A raw SMTP client from a chosen loopback address: bytes out, replies in.
-struct Raw {
-    r: BufReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-}
-
-impl Raw {
-    /// Connects from `from` (port 0) and returns the client with the greeting.
-    async fn connect_from(to: SocketAddr, from: [u8; 4]) -> (Raw, String) {
-        let socket = TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
-        socket
-            .bind(SocketAddr::from((from, 0)))
-            .unwrap_or_else(|e| panic!("bind {from:?}: {e}"));
-        let stream = socket
-            .connect(to)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {to}: {e}"));
-        let (r, w) = stream.into_split();
-        let mut raw = Raw {
-            r: BufReader::new(r),
-            w,
-        };
-        let greeting = raw.reply().await;
-        (raw, greeting)
-    }
-
-    /// Connects from `from`, says EHLO, and starts a transaction to `rcpt`: the `DATA` reply.
-    async fn open_data(to: SocketAddr, from: [u8; 4], rcpt: &str) -> (Raw, String) {
-        let (mut c, greeting) = Raw::connect_from(to, from).await;
-        starts(&greeting, "220 ");
-        starts(&c.cmd("EHLO client.example").await, "250");
-        let data = c.transaction(rcpt).await;
-        (c, data)
-    }
-
-    /// `MAIL`, `RCPT` and `DATA` in one write (PIPELINING): the `DATA` reply.
-    async fn transaction(&mut self, rcpt: &str) -> String {
-        self.send(&format!(
-            "MAIL FROM:<sender@example.com>\r\nRCPT TO:<{rcpt}>\r\nDATA\r\n"
-        ))
-        .await;
-        starts(&self.reply().await, "250 2.1.0");
-        starts(&self.reply().await, "250 2.1.5");
-        self.reply().await
-    }
-
-    async fn send(&mut self, bytes: &str) {
-        self.w
-            .write_all(bytes.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
-    }
-
-    /// One reply, its lines joined by `\n`; empty when the server closed the connection.
-    async fn reply(&mut self) -> String {
-        let mut all = Vec::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(Duration::from_secs(30), self.r.read_line(&mut line))
-                .await
-                .unwrap_or_else(|_| panic!("no reply within 30 s (so far: {all:?})"))
-                .unwrap_or_else(|e| panic!("read: {e}"));
-            if n == 0 {
-                return all.join("\n");
-            }
-            let line = line.trim_end().to_owned();
-            let last = line.as_bytes().get(3) != Some(&b'-');
-            all.push(line);
-            if last {
-                return all.join("\n");
-            }
-        }
-    }
-
-    async fn cmd(&mut self, line: &str) -> String {
-        self.send(&format!("{line}\r\n")).await;
-        self.reply().await
-    }
-
-    /// Whether the server has closed the connection (EOF or a reset within 5 s).
-    async fn closed(&mut self) -> bool {
-        let mut rest = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), self.r.read_to_end(&mut rest))
-            .await
-            .is_ok()
-    }
-}
-
 /// SMTP smuggling (issue 33): a message ended by `<LF>.<LF>`, `<CR><LF>.<LF>` or
 /// `<LF>.<CR><LF>` — which some servers take for the end of the data — followed in the same
 /// write by a whole second transaction. Only `<CR><LF>.<CR><LF>` ends the data here, and the
@@ -212,7 +44,7 @@ impl Raw {
 /// A clean message afterwards on the same session is delivered and is the only event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smuggling_behind_a_bare_line_end_is_refused_whole() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     for (i, shape) in ["\n.\n", "\r\n.\n", "\n.\r\n", "\r.\r\n"]
         .iter()
@@ -232,7 +64,7 @@ async fn smuggling_behind_a_bare_line_end_is_refused_whole() {
         assert_eq!(c.reply().await, BARE_LINE_END, "shape {shape:?}");
         // The smuggled MAIL, RCPT and DATA were data: no reply of theirs is pending.
         assert_eq!(c.cmd("NOOP").await, "250 2.0.0 OK", "shape {shape:?}");
-        let events = feed(&http, &s.base, &a).await;
+        let events = feed(&http, &s.base, &a, 0).await;
         assert!(events.is_empty(), "shape {shape:?}: {events:?}");
 
         let clean = message(&format!("clean-{i}"), &a.email, "Clean");
@@ -240,7 +72,7 @@ async fn smuggling_behind_a_bare_line_end_is_refused_whole() {
         c.send(&format!("{clean}.\r\n")).await;
         assert_eq!(c.reply().await, "250 2.0.0 OK", "shape {shape:?}");
         starts(&c.cmd("QUIT").await, "221");
-        let events = feed(&http, &s.base, &a).await;
+        let events = feed(&http, &s.base, &a, 0).await;
         assert_eq!(subjects(&events), ["Clean"], "shape {shape:?}: {events:?}");
         let all = serde_json::to_string(&events).unwrap_or_default();
         assert!(!all.contains("SMUGGLED"), "shape {shape:?}: {all}");
@@ -256,16 +88,19 @@ async fn smuggling_behind_a_bare_line_end_is_refused_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_data_from_two_ips_does_not_starve_a_third() {
     const STALL: Duration = Duration::from_secs(4);
-    let s = serve(&[
-        "--max-email-bytes",
-        "131072",
-        "--smtp-data-memory-mib",
-        "1",
-        "--smtp-data-stall-seconds",
-        "4",
-        "--smtp-command-timeout-seconds",
-        "10",
-    ])
+    let s = serve(
+        DOMAIN,
+        &[
+            "--max-email-bytes",
+            "131072",
+            "--smtp-data-memory-mib",
+            "1",
+            "--smtp-data-stall-seconds",
+            "4",
+            "--smtp-command-timeout-seconds",
+            "10",
+        ],
+    )
     .await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
@@ -285,7 +120,7 @@ async fn stalled_data_from_two_ips_does_not_starve_a_third() {
                 let _ = opened_tx.send(());
                 let reply = c.reply().await;
                 let held = at.elapsed();
-                (data, reply, held, c.closed().await)
+                (data, reply, held, c.closed_or_reset().await)
             }));
         }
     }
@@ -333,7 +168,7 @@ async fn stalled_data_from_two_ips_does_not_starve_a_third() {
         }
     }
     assert!(cut >= 8, "{cut} stalled sessions got 354 and were cut");
-    let events = feed(&http, &s.base, &a).await;
+    let events = feed(&http, &s.base, &a, 0).await;
     assert_eq!(subjects(&events), ["Legitimate"], "{events:?}");
 }
 
@@ -346,14 +181,17 @@ async fn stalled_data_from_two_ips_does_not_starve_a_third() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ip_cannot_take_more_than_its_share() {
     const WAIT: Duration = Duration::from_secs(3);
-    let s = serve(&[
-        "--max-email-bytes",
-        "131072",
-        "--smtp-data-memory-mib",
-        "1",
-        "--smtp-command-timeout-seconds",
-        "3",
-    ])
+    let s = serve(
+        DOMAIN,
+        &[
+            "--max-email-bytes",
+            "131072",
+            "--smtp-data-memory-mib",
+            "1",
+            "--smtp-command-timeout-seconds",
+            "3",
+        ],
+    )
     .await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
@@ -414,7 +252,7 @@ async fn one_ip_cannot_take_more_than_its_share() {
         .await;
     assert_eq!(third.reply().await, "250 2.0.0 OK");
 
-    let events = feed(&http, &s.base, &a).await;
+    let events = feed(&http, &s.base, &a, 0).await;
     assert_eq!(
         subjects(&events),
         ["Other IP", "First", "Third"],

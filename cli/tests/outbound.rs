@@ -10,81 +10,17 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::smtp::{agent_server, create, serve, Address, Serve};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdout};
 
-struct Serve {
-    _child: Child,
-    base: String,
-    smtp: String,
-    _stdout: BufReader<ChildStdout>,
-    _dir: tempfile::TempDir,
-}
-
-async fn serve(domain: &str, extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let db = dir.path().join("outbound.db");
-    let mut args = vec!["--email-domain", domain];
-    args.extend_from_slice(extra);
-    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
-    Serve {
-        _child: child,
-        base,
-        smtp,
-        _stdout: stdout,
-        _dir: dir,
-    }
-}
-
-/// A server that relays through `relay`'s SMTP door, from `mail@agents.test`.
-async fn agent_server(relay: &Serve, extra: &[&str]) -> Serve {
-    let url = format!("smtp://{}", relay.smtp);
-    let mut args = vec![
-        "--email-from",
-        "Agents <mail@agents.test>",
-        "--smtp-relay",
-        url.as_str(),
-    ];
-    args.extend_from_slice(extra);
-    serve("agents.test", &args).await
-}
-
-#[derive(Clone, Debug)]
-struct Address {
-    base: String,
-    id: String,
-    email: String,
-    token: String,
-}
-
 fn http() -> reqwest::Client {
     reqwest::Client::new()
 }
 
-async fn create(s: &Serve) -> Address {
-    create_at(&s.base).await
-}
-
-async fn create_at(base: &str) -> Address {
-    let r = http()
-        .post(format!("{base}/api/v1/addresses"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
-    assert_eq!(r.status(), 201);
-    let v: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Address {
-        base: base.to_owned(),
-        id: text(&v["address"]["id"]),
-        email: text(&v["address"]["email"]),
-        token: text(&v["credentials"]["read_token"]),
-    }
-}
-
+/// What these tests ask of an address besides its feed (`common::smtp::Address::events`).
 impl Address {
     fn url(&self, path: &str) -> String {
         format!("{}/api/v1/addresses/{}{path}", self.base, self.id)
@@ -133,13 +69,6 @@ impl Address {
 
     async fn send(&self, key: &str, body: Value) -> (StatusCode, Value) {
         self.post("/email/send", Some(key), body).await
-    }
-
-    /// Every event of the feed.
-    async fn events(&self) -> Vec<Value> {
-        let (status, v) = self.get("/events?after=0").await;
-        assert_eq!(status, 200, "{v}");
-        v["events"].as_array().cloned().unwrap_or_default()
     }
 
     /// The events of `event_type`, once there are `n` of them (within 25 s).
@@ -202,10 +131,6 @@ async fn confirmed(agent: &Address, person: &Address) {
 /// SMTP door.
 async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, mail: &Value) {
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-    let (host, port) = to_server
-        .smtp
-        .rsplit_once(':')
-        .unwrap_or_else(|| panic!("smtp address {}", to_server.smtp));
     let parent = mail["data"]["message_id"].as_str().unwrap_or_default();
     let message = Message::builder()
         .from(person.email.parse().unwrap_or_else(|e| panic!("from: {e}")))
@@ -219,8 +144,8 @@ async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, m
         .references(parent.to_owned())
         .body("Yes, go ahead.".to_owned())
         .unwrap_or_else(|e| panic!("build the reply: {e}"));
-    AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
-        .port(port.parse().unwrap_or_else(|e| panic!("port: {e}")))
+    AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(to_server.smtp.ip().to_string())
+        .port(to_server.port())
         .build()
         .send(message)
         .await
@@ -231,8 +156,8 @@ async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, m
 async fn a_code_a_send_and_its_reply_round_trip_between_two_servers() {
     let people = serve("people.test", &[]).await;
     let agents = agent_server(&people, &[]).await;
-    let person = create(&people).await;
-    let agent = create(&agents).await;
+    let person = people.new_address().await;
+    let agent = agents.new_address().await;
 
     let (status, v) = agent.get("/email/contacts").await;
     assert_eq!(status, 200);
@@ -333,8 +258,8 @@ async fn a_code_a_send_and_its_reply_round_trip_between_two_servers() {
 async fn abuse_is_refused_with_its_code_and_nothing_is_sent() {
     let people = serve("people.test", &[]).await;
     let agents = agent_server(&people, &["--max-contacts", "3"]).await;
-    let person = create(&people).await;
-    let agent = create(&agents).await;
+    let person = people.new_address().await;
+    let agent = agents.new_address().await;
 
     // Sending needs a confirmed contact: unknown, then pending.
     let body = |to: &str| json!({"to": to, "subject": "Hi", "text": "Hello."});
@@ -380,7 +305,7 @@ async fn abuse_is_refused_with_its_code_and_nothing_is_sent() {
     let code = code_of(&person.wait_for("email.received", 2).await[1]);
     let (status, v) = agent.confirm(&person.email, &code).await;
     assert_eq!(status, 200, "{v}");
-    let other = create(&people).await;
+    let other = people.new_address().await;
     for _ in 0..3 {
         let (status, v) = agent.add_contact(&other.email).await;
         assert_eq!(status, 202, "{v}");
@@ -389,7 +314,7 @@ async fn abuse_is_refused_with_its_code_and_nothing_is_sent() {
     expect_error(&fourth, 429, "rate_limited", "a fourth code mail in a day");
     assert!(fourth.1["error"]["retry_after_seconds"].as_u64() > Some(0));
     // The contact cap (--max-contacts 3).
-    let third = create(&people).await;
+    let third = people.new_address().await;
     let (status, _) = agent.add_contact(&third.email).await;
     assert_eq!(status, 202);
     expect_error(
@@ -571,9 +496,9 @@ async fn relay_failures_are_retried_then_reported() {
         ],
     )
     .await;
-    let person = create(&people).await;
-    let gone = create(&people).await;
-    let agent = create(&agents).await;
+    let person = people.new_address().await;
+    let gone = people.new_address().await;
+    let agent = agents.new_address().await;
     confirmed(&agent, &person).await;
     confirmed(&agent, &gone).await;
 
@@ -606,11 +531,11 @@ async fn relay_failures_are_retried_then_reported() {
 
     // The relay is down: tried 3 times (300 ms, then 1.2 s apart), then reported.
     people
-        ._child
+        .child
         .kill()
         .await
         .unwrap_or_else(|e| panic!("stop B: {e}"));
-    let _ = people._child.wait().await;
+    let _ = people.child.wait().await;
     let started = Instant::now();
     let (status, v) = agent
         .send(
@@ -637,7 +562,7 @@ async fn relay_failures_are_retried_then_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_relay_the_routes_say_so() {
     let alone = serve("agents.test", &[]).await;
-    let agent = create(&alone).await;
+    let agent = alone.new_address().await;
     let (status, v) = agent.get("/email/contacts").await;
     assert_eq!(status, 200);
     assert_eq!(v["outbound_configured"], false);
@@ -689,7 +614,7 @@ async fn without_a_relay_the_routes_say_so() {
 async fn the_cli_adds_confirms_and_sends() {
     let people = serve("people.test", &[]).await;
     let agents = agent_server(&people, &[]).await;
-    let person = create(&people).await;
+    let person = people.new_address().await;
     let mut cli = client_harness::Cli::new(&agents.base);
     cli.create(&["create", "mail-task"]).await;
 
@@ -769,7 +694,7 @@ async fn the_mcp_tools_add_confirm_and_send() {
     use agentaddress_blackbox::mcp::Mcp;
     let people = serve("people.test", &[]).await;
     let agents = agent_server(&people, &[]).await;
-    let person = create(&people).await;
+    let person = people.new_address().await;
     let mcp = Mcp::connect(&agents.base).await;
     let (a, _) = mcp.create(json!({"task_id": "mcp-mail"})).await;
     let with = |extra: Value| {
@@ -869,7 +794,7 @@ async fn stop_and_read_log(mut child: Child, log_path: &std::path::Path) -> Stri
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codes_and_relay_passwords_are_never_logged() {
     let people = serve("people.test", &[]).await;
-    let person = create(&people).await;
+    let person = people.new_address().await;
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let password_file = dir.path().join("relay-password");
     std::fs::write(&password_file, "pw-Zq8xVt3Lm0\n").unwrap_or_else(|e| panic!("{e}"));
@@ -883,7 +808,7 @@ async fn codes_and_relay_passwords_are_never_logged() {
         &["--smtp-relay-password-file", password_arg],
     )
     .await;
-    let a = create_at(&base).await;
+    let a = create(&http(), &base).await;
     let (status, v) = a.add_contact(&person.email).await;
     assert!(status.is_server_error() || status == 400, "{status} {v}");
     let text = stop_and_read_log(child, &log_path).await;
@@ -899,7 +824,7 @@ async fn codes_and_relay_passwords_are_never_logged() {
     // A code that reaches its contact is never in the agent server's log either.
     let (child, base, log_path, _stdout) =
         logged_agent_server(dir.path(), "b", &format!("smtp://{}", people.smtp), &[]).await;
-    let agent = create_at(&base).await;
+    let agent = create(&http(), &base).await;
     confirmed(&agent, &person).await;
     let code = code_of(
         person
@@ -939,14 +864,9 @@ async fn the_relay_speaks_starttls_and_checks_the_certificate() {
         &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key],
     )
     .await;
-    let port = people
-        .smtp
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
+    let port = people.port();
     let url = format!("smtp://localhost:{port}?tls=required");
-    let person = create(&people).await;
+    let person = people.new_address().await;
 
     // The relay's certificate is self-signed: refused without the CA file (503, retry later)…
     let strict = serve(
@@ -954,7 +874,7 @@ async fn the_relay_speaks_starttls_and_checks_the_certificate() {
         &["--email-from", "mail@agents.test", "--smtp-relay", &url],
     )
     .await;
-    let a = create(&strict).await;
+    let a = strict.new_address().await;
     let (status, v) = a.add_contact(&person.email).await;
     assert_eq!(status, 503, "{v}");
     // … and trusted with it: the code mail goes over STARTTLS.
@@ -970,7 +890,7 @@ async fn the_relay_speaks_starttls_and_checks_the_certificate() {
         ],
     )
     .await;
-    let agent = create(&trusting).await;
+    let agent = trusting.new_address().await;
     confirmed(&agent, &person).await;
     assert_eq!(person.wait_for("email.received", 1).await.len(), 1);
 }

@@ -9,101 +9,12 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::smtp::{
+    create, exchange, fake_dns, feed, read_reply, send_raw, serve, serve_in, starts, Raw, DOMAIN,
+};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::process::Child;
-
-const DOMAIN: &str = "inbox.test";
-
-struct Serve {
-    child: Child,
-    base: String,
-    smtp: String,
-    _stdout: BufReader<tokio::process::ChildStdout>,
-    _dir: tempfile::TempDir,
-}
-
-async fn serve(extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    serve_in(dir, extra).await
-}
-
-async fn serve_in(dir: tempfile::TempDir, extra: &[&str]) -> Serve {
-    let db = dir.path().join("smtp.db");
-    let mut args = vec!["--email-domain", DOMAIN];
-    args.extend_from_slice(extra);
-    let (child, base, smtp, stdout) = common::spawn_serve_smtp(&db, &args).await;
-    Serve {
-        child,
-        base,
-        smtp,
-        _stdout: stdout,
-        _dir: dir,
-    }
-}
-
-impl Serve {
-    fn port(&self) -> u16 {
-        self.smtp
-            .rsplit_once(':')
-            .and_then(|(_, p)| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {}", self.smtp))
-    }
-
-    fn signal(&self, sig: &str) {
-        let pid = self.child.id().unwrap_or_else(|| panic!("no server pid"));
-        let status = std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap_or_else(|e| panic!("run kill: {e}"));
-        assert!(status.success(), "kill {sig} {pid}");
-    }
-}
-
-#[derive(Clone)]
-struct Address {
-    id: String,
-    email: String,
-    token: String,
-}
-
-async fn create(http: &reqwest::Client, base: &str) -> Address {
-    let r = http
-        .post(format!("{base}/api/v1/addresses"))
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
-    assert_eq!(r.status(), 201);
-    let v: Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("create JSON: {e}"));
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Address {
-        id: text(&v["address"]["id"]),
-        email: text(&v["address"]["email"]),
-        token: text(&v["credentials"]["read_token"]),
-    }
-}
-
-/// The events of `a`'s feed (`wait` seconds of long poll, 0 for none).
-async fn feed(http: &reqwest::Client, base: &str, a: &Address, wait: u64) -> Vec<Value> {
-    let r = http
-        .get(format!(
-            "{base}/api/v1/addresses/{}/events?after=0&wait={wait}",
-            a.id
-        ))
-        .bearer_auth(&a.token)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET events: {e}"));
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap_or_else(|e| panic!("feed JSON: {e}"));
-    v["events"].as_array().cloned().unwrap_or_default()
-}
 
 fn message(message_id: &str, to: &str, subject: &str) -> String {
     format!(
@@ -118,114 +29,10 @@ fn message(message_id: &str, to: &str, subject: &str) -> String {
     )
 }
 
-/// A raw SMTP client: lines out, replies in.
-struct Raw {
-    r: BufReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-}
-
-impl Raw {
-    /// Connects and returns the client with the greeting.
-    async fn connect(addr: &str) -> (Raw, String) {
-        let stream = TcpStream::connect(addr)
-            .await
-            .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
-        let (r, w) = stream.into_split();
-        let mut raw = Raw {
-            r: BufReader::new(r),
-            w,
-        };
-        let greeting = raw.reply().await;
-        (raw, greeting)
-    }
-
-    async fn send(&mut self, bytes: &str) {
-        self.w
-            .write_all(bytes.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
-    }
-
-    /// One reply, its lines joined by `\n`; empty when the server closed the connection.
-    async fn reply(&mut self) -> String {
-        read_reply(&mut self.r).await
-    }
-
-    async fn cmd(&mut self, line: &str) -> String {
-        self.send(&format!("{line}\r\n")).await;
-        self.reply().await
-    }
-
-    /// Whether the server has closed the connection (EOF within 5 s).
-    async fn closed(&mut self) -> bool {
-        let mut rest = Vec::new();
-        matches!(
-            tokio::time::timeout(Duration::from_secs(5), self.r.read_to_end(&mut rest)).await,
-            Ok(Ok(_))
-        )
-    }
-}
-
-/// One reply off `r`, its lines joined by `\n`; empty when the server closed the connection.
-async fn read_reply<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
-    let mut all = Vec::new();
-    loop {
-        let mut line = String::new();
-        let n = tokio::time::timeout(Duration::from_secs(15), r.read_line(&mut line))
-            .await
-            .unwrap_or_else(|_| panic!("no reply within 15 s (so far: {all:?})"))
-            .unwrap_or_else(|e| panic!("read: {e}"));
-        if n == 0 {
-            return all.join("\n");
-        }
-        let line = line.trim_end().to_owned();
-        let last = line.as_bytes().get(3) != Some(&b'-');
-        all.push(line);
-        if last {
-            return all.join("\n");
-        }
-    }
-}
-
-/// Writes `line` and a CRLF to `w`, then reads the reply off `w`.
-async fn exchange<S: tokio::io::AsyncBufRead + tokio::io::AsyncWrite + Unpin>(
-    s: &mut S,
-    line: &str,
-) -> String {
-    s.write_all(format!("{line}\r\n").as_bytes())
-        .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
-    s.flush().await.unwrap_or_else(|e| panic!("flush: {e}"));
-    read_reply(s).await
-}
-
-fn starts(reply: &str, prefix: &str) {
-    assert!(
-        reply.starts_with(prefix),
-        "expected a reply starting {prefix:?}, got {reply:?}"
-    );
-}
-
-/// A whole transaction on a raw connection: the DATA reply.
-async fn send_raw(smtp: &str, from: &str, rcpts: &[&str], body: &str) -> String {
-    let (mut c, greeting) = Raw::connect(smtp).await;
-    starts(&greeting, "220 ");
-    starts(&c.cmd("EHLO client.example").await, "250");
-    starts(&c.cmd(&format!("MAIL FROM:<{from}>")).await, "250 2.1.0");
-    for rcpt in rcpts {
-        starts(&c.cmd(&format!("RCPT TO:<{rcpt}>")).await, "250 2.1.5");
-    }
-    starts(&c.cmd("DATA").await, "354");
-    c.send(body).await;
-    let reply = c.cmd(".").await;
-    starts(&c.cmd("QUIT").await, "221");
-    reply
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lettre_delivers_to_a_waiting_long_poll() {
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     assert!(a.email.ends_with(&format!("@{DOMAIN}")), "{}", a.email);
@@ -295,7 +102,7 @@ async fn lettre_delivers_to_a_waiting_long_poll() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_smtplib_delivers_with_a_tag() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let (local, _) = a.email.split_once('@').unwrap_or_default();
@@ -347,7 +154,7 @@ print("sent")
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_commands_in_one_write_are_answered_in_order() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let b = create(&http, &s.base).await;
@@ -406,7 +213,7 @@ async fn pipelined_commands_in_one_write_are_answered_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helo_the_null_sender_and_raw_utf8() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let (mut c, _) = Raw::connect(&s.smtp).await;
@@ -442,14 +249,17 @@ async fn helo_the_null_sender_and_raw_utf8() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_reply_code() {
-    let s = serve(&[
-        "--max-email-bytes",
-        "4096",
-        "--max-email-recipients",
-        "2",
-        "--smtp-max-errors",
-        "100",
-    ])
+    let s = serve(
+        DOMAIN,
+        &[
+            "--max-email-bytes",
+            "4096",
+            "--max-email-recipients",
+            "2",
+            "--smtp-max-errors",
+            "100",
+        ],
+    )
     .await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
@@ -539,7 +349,7 @@ async fn every_reply_code() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_feed_is_a_temporary_failure() {
-    let s = serve(&["--max-retained-events", "1"]).await;
+    let s = serve(DOMAIN, &["--max-retained-events", "1"]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let first = message("full-1@example.com", &a.email, "One");
@@ -557,7 +367,7 @@ async fn a_full_feed_is_a_temporary_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_gone_mid_data_stores_nothing() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let (mut c, _) = Raw::connect(&s.smtp).await;
@@ -580,7 +390,7 @@ async fn a_client_gone_mid_data_stores_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_message_times_out_and_stores_nothing() {
-    let s = serve(&["--smtp-data-timeout-seconds", "1"]).await;
+    let s = serve(DOMAIN, &["--smtp-data-timeout-seconds", "1"]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let (mut c, _) = Raw::connect(&s.smtp).await;
@@ -600,14 +410,17 @@ async fn a_stalled_message_times_out_and_stores_nothing() {
 async fn messages_being_received_share_a_memory_budget() {
     // 1 MiB holds one message of the largest size (1 MiB), and a message holds memory by the
     // bytes received: one nearly whole message takes all of it.
-    let s = serve(&[
-        "--max-email-bytes",
-        "1048576",
-        "--smtp-data-memory-mib",
-        "1",
-        "--smtp-command-timeout-seconds",
-        "2",
-    ])
+    let s = serve(
+        DOMAIN,
+        &[
+            "--max-email-bytes",
+            "1048576",
+            "--smtp-data-memory-mib",
+            "1",
+            "--smtp-command-timeout-seconds",
+            "2",
+        ],
+    )
     .await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
@@ -660,7 +473,7 @@ async fn messages_being_received_share_a_memory_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_lost_250_is_one_event() {
-    let s = serve(&[]).await;
+    let s = serve(DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let raw = message("retry@example.com", &a.email, "Retry");
@@ -688,14 +501,17 @@ async fn a_retry_after_a_lost_250_is_one_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn caps_and_timeouts_close_sessions() {
-    let s = serve(&[
-        "--smtp-max-connections-per-ip",
-        "2",
-        "--smtp-command-timeout-seconds",
-        "2",
-        "--smtp-max-errors",
-        "5",
-    ])
+    let s = serve(
+        DOMAIN,
+        &[
+            "--smtp-max-connections-per-ip",
+            "2",
+            "--smtp-command-timeout-seconds",
+            "2",
+            "--smtp-max-errors",
+            "5",
+        ],
+    )
     .await;
     // Per-IP cap: the third connection is refused.
     let (mut one, g1) = Raw::connect(&s.smtp).await;
@@ -732,7 +548,7 @@ async fn caps_and_timeouts_close_sessions() {
 async fn sigterm_answers_idle_sessions_and_lets_data_finish() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let dir_path = dir.path().to_owned();
-    let mut s = serve_in(dir, &[]).await;
+    let mut s = serve_in(dir, DOMAIN, &[]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
 
@@ -802,7 +618,7 @@ async fn starttls_with_lettre_and_smtplib() {
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
     let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let (cert, key, cert_pem) = self_signed(certs.path());
-    let s = serve(&["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
+    let s = serve(DOMAIN, &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
 
@@ -873,7 +689,7 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
     let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
     let (cert, key, cert_pem) = self_signed(certs.path());
-    let s = serve(&["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
+    let s = serve(DOMAIN, &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
 
@@ -934,68 +750,6 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     assert_eq!(events[0]["data"]["subject"], "Private");
 }
 
-/// A DNS server on UDP for `--smtp-dns-resolver`: TXT queries for a name of `records` get its
-/// strings; other queries for a known name get no answer; unknown names NXDOMAIN.
-async fn fake_dns(
-    records: Vec<(&'static str, &'static str)>,
-) -> (String, tokio::task::JoinHandle<()>) {
-    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("bind UDP: {e}"));
-    let addr = socket
-        .local_addr()
-        .unwrap_or_else(|e| panic!("UDP address: {e}"))
-        .to_string();
-    let task = tokio::spawn(async move {
-        let mut buf = [0u8; 1500];
-        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
-            if let Some(answer) = dns_answer(&buf[..n], &records) {
-                let _ = socket.send_to(&answer, from).await;
-            }
-        }
-    });
-    (addr, task)
-}
-
-fn dns_answer(q: &[u8], records: &[(&str, &str)]) -> Option<Vec<u8>> {
-    let mut i = 12;
-    let mut labels = Vec::new();
-    loop {
-        let len = usize::from(*q.get(i)?);
-        i += 1;
-        if len == 0 {
-            break;
-        }
-        labels.push(String::from_utf8_lossy(q.get(i..i + len)?).to_lowercase());
-        i += len;
-    }
-    let qtype = u16::from_be_bytes([*q.get(i)?, *q.get(i + 1)?]);
-    let question = q.get(12..i + 4)?;
-    let name = labels.join(".");
-    let known = records.iter().any(|(n, _)| *n == name);
-    let answers: Vec<&str> = records
-        .iter()
-        .filter(|(n, _)| qtype == 16 && *n == name)
-        .map(|(_, t)| *t)
-        .collect();
-    let mut out = Vec::new();
-    out.extend_from_slice(q.get(..2)?);
-    out.push(0x84 | (q.get(2)? & 0x01)); // QR, AA, RD as asked
-    out.push(if known { 0x80 } else { 0x83 }); // RA; NOERROR or NXDOMAIN
-    out.extend_from_slice(&[0, 1]);
-    out.extend_from_slice(&u16::try_from(answers.len()).ok()?.to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(question);
-    for txt in answers {
-        out.extend_from_slice(&[0xC0, 0x0C, 0, 16, 0, 1, 0, 0, 0, 60]);
-        let len = u8::try_from(txt.len()).ok()?;
-        out.extend_from_slice(&(u16::from(len) + 1).to_be_bytes());
-        out.push(len);
-        out.extend_from_slice(txt.as_bytes());
-    }
-    Some(out)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spf_dkim_and_dmarc_verdicts_with_a_configured_resolver() {
     let (dns, _dns_task) = fake_dns(vec![
@@ -1005,7 +759,7 @@ async fn spf_dkim_and_dmarc_verdicts_with_a_configured_resolver() {
         ("_dmarc.other.example", "v=DMARC1; p=reject"),
     ])
     .await;
-    let s = serve(&["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let s = serve(DOMAIN, &["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     // Sent from an IP the sender's domain allows, From aligned: SPF and DMARC pass.
@@ -1056,7 +810,7 @@ async fn dkim_signatures_verify_against_the_published_key() {
         ("other.example", "v=spf1 -all"),
     ])
     .await;
-    let s = serve(&["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let s = serve(DOMAIN, &["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
     let body = format!(
@@ -1099,7 +853,7 @@ async fn dkim_signatures_verify_against_the_published_key() {
 /// seconds to wait) until the one-minute window ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_per_minute_per_ip_are_limited() {
-    let s = serve(&["--smtp-messages-per-minute-per-ip", "2"]).await;
+    let s = serve(DOMAIN, &["--smtp-messages-per-minute-per-ip", "2"]).await;
     let (mut c, greeting) = Raw::connect(&s.smtp).await;
     starts(&greeting, "220 ");
     starts(&c.cmd("EHLO client.example").await, "250");

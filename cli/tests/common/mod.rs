@@ -2,7 +2,9 @@
 // Each test crate includes this module and uses only part of it.
 #![allow(dead_code)]
 
+pub mod net;
 pub mod raw;
+pub mod smtp;
 
 use std::path::Path;
 use std::process::Stdio;
@@ -16,6 +18,15 @@ use tokio::process::{Child, ChildStdout, Command};
 pub async fn spawn_serve(db: &Path, listen: &str, extra: &[&str]) -> (Child, String) {
     let (child, base, _) = spawn_serve_with(db, listen, extra, "warn", Stdio::inherit()).await;
     (child, base)
+}
+
+/// [`spawn_serve`] on a free port of 127.0.0.1 with a database in a fresh temporary directory:
+/// the server, its base URL, and the directory (removed when dropped).
+pub async fn server(extra: &[&str]) -> (Child, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let (child, base) =
+        spawn_serve(&dir.path().join("agentaddress.db"), "127.0.0.1:0", extra).await;
+    (child, base, dir)
 }
 
 /// [`spawn_serve`] with `RUST_LOG` and the server's stderr chosen by the test; also returns the
