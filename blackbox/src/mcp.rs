@@ -697,9 +697,14 @@ pub async fn tools_end_to_end(base: &str, http: &Client) {
         ("../../healthz", Some(token), "malformed address id"),
     ] {
         for (tool, args) in calls(address_id, token) {
-            mcp.call(tool, args)
-                .await
-                .expect_error("unauthorized", &format!("{tool} with {what}"));
+            let r = mcp.call(tool, args).await;
+            let error = r.expect_error("unauthorized", &format!("{tool} with {what}"));
+            // A tool's caller sends arguments, not headers (docs/MCP.md, "Errors").
+            let message = error["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("read_token") && !message.contains("Authorization"),
+                "{tool} with {what}: the message speaks of the read_token argument: {message}"
+            );
         }
     }
     // Nothing of that reached the state.

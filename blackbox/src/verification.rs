@@ -138,7 +138,8 @@ pub async fn verified_webhooks(c: &Client) -> Vec<String> {
     assert_hidden(&r, &secrets, "create");
     assert_eq!(
         r.json["address"]["verification"],
-        json!({"scheme": "github", "reject_unverified": false, "tolerance_seconds": 300})
+        json!({"scheme": "github", "reject_unverified": false}),
+        "GitHub signs no timestamp: no tolerance_seconds (docs/API.md §15)"
     );
     let a = Address::from_created(&c.base, &r.json);
     let url = format!("{}/verification", a.root);

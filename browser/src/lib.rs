@@ -7,6 +7,7 @@
 //! Without Chromium the tests fail, saying how to install it: they never skip.
 #![forbid(unsafe_code)]
 
+pub mod home;
 pub mod requests;
 pub mod scenarios;
 
@@ -241,6 +242,19 @@ impl Browser {
         }
     }
 
+    /// Runs the Chrome DevTools Protocol command `cmd` with `params` in the page (chromedriver's
+    /// `goog/cdp/execute`), e.g. `Emulation.setTimezoneOverride` to read a page as a person in
+    /// another time zone would; returns its result.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        self.wd
+            .issue_cmd(Cdp {
+                cmd: cmd.to_owned(),
+                params,
+            })
+            .await
+            .unwrap_or_else(|e| panic!("CDP {cmd}: {e}"))
+    }
+
     /// Panics when the console reports a Content-Security-Policy violation: our own page and
     /// assets never cause one, and markup smuggled in by an event would.
     pub async fn assert_no_csp_violation(&self, what: &str) {
@@ -322,6 +336,31 @@ impl WebDriverCompatibleCommand for BrowserLog {
 
     fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
         (http::Method::POST, Some(r#"{"type":"browser"}"#.to_owned()))
+    }
+}
+
+/// `POST /session/{id}/goog/cdp/execute {"cmd", "params"}`: a DevTools command.
+#[derive(Debug)]
+struct Cdp {
+    cmd: String,
+    params: Value,
+}
+
+impl WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or("")
+        ))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"cmd": self.cmd, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
     }
 }
 

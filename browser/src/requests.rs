@@ -1,6 +1,7 @@
 //! The person's page of a request for a person (docs/API.md §12) in a real browser, for any
-//! deployment: answering it while the agent waits, two people answering at once, hostile text
-//! in the request, and a phone with the keyboard only. Screenshots go to
+//! deployment: answering it while the agent waits, who asks and the times in the reader's
+//! locale, two people answering at once, hostile text in the request, and a phone with the
+//! keyboard only. Screenshots go to
 //! `target/screenshots/{label}-request-….png`.
 
 use std::time::Duration;
@@ -102,6 +103,95 @@ pub async fn a_person_answers_while_the_agent_waits(d: &Deployment<'_>) {
     b.close().await;
 }
 
+/// The page says who asks (the address's name) and shows its times in the reader's locale and
+/// time zone: read as a person in Kolkata (UTC+05:30) with a German browser would, "Open until"
+/// is that person's time, not the server's UTC text (which stays as the `<time>`'s title).
+/// Screenshots on a desktop and a phone.
+pub async fn the_asker_and_the_readers_time(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c
+        .create_address(&json!({"name": "deploy watcher", "task_id": "asker"}))
+        .await;
+    let (_, url) = request(
+        c,
+        &a,
+        &json!({"title": "Ship release 1.4 to production?",
+                "body": "Changes:\n\n- **faster** long polls\n- [release notes](https://example.com/notes)",
+                "options": ["Ship", "Hold"], "expires_in_seconds": 3 * 86_400}),
+    )
+    .await;
+    for (viewport, name) in [(DESKTOP, "asker"), (PHONE, "asker-phone")] {
+        let b = Browser::start(viewport).await;
+        b.cdp(
+            "Emulation.setTimezoneOverride",
+            json!({"timezoneId": "Asia/Kolkata"}),
+        )
+        .await;
+        b.cdp("Emulation.setLocaleOverride", json!({"locale": "de-DE"}))
+            .await;
+        b.open(&url).await;
+        b.until(
+            SOON,
+            "the page's script ran",
+            "return document.documentElement.dataset.ready === 'true'",
+            &[],
+        )
+        .await;
+        let asker = b
+            .js(
+                "return document.querySelector('.asker').textContent",
+                vec![],
+            )
+            .await;
+        assert_eq!(asker, "deploy watcher asks:");
+        let time = b
+            .js(
+                "const t = document.querySelector('.note time'); \
+                 const d = new Date(t.getAttribute('datetime')); \
+                 const o = {timeZone: 'Asia/Kolkata', weekday: 'short', day: 'numeric', \
+                   month: 'short', hour: 'numeric', minute: '2-digit'}; \
+                 if (d.getFullYear() !== new Date().getFullYear()) o.year = 'numeric'; \
+                 return [t.textContent, t.title, t.getAttribute('datetime'), \
+                   d.toLocaleString('de-DE', o), \
+                   d.toLocaleTimeString('de-DE', {timeZone: 'Asia/Kolkata', hour: 'numeric', minute: '2-digit'}), \
+                   d.toISOString().slice(11, 16)]",
+                vec![],
+            )
+            .await;
+        let shown = time[0].as_str().unwrap_or_default();
+        let fallback = time[1].as_str().unwrap_or_default();
+        assert!(
+            fallback.ends_with(" UTC") && fallback.contains(time[5].as_str().unwrap_or("?")),
+            "the server's text is UTC, kept as the title: {time}"
+        );
+        assert_ne!(shown, fallback, "the script rewrote the time: {time}");
+        assert!(!shown.contains("UTC"), "{time}");
+        assert_eq!(
+            shown, time[3],
+            "the reader's locale (de-DE) and time zone (Asia/Kolkata): {time}"
+        );
+        assert!(
+            shown.contains(time[4].as_str().unwrap_or("?"))
+                && !shown.contains(time[5].as_str().unwrap_or("?")),
+            "Kolkata's hour and minute, not UTC's: {time}"
+        );
+        let note = b
+            .js("return document.querySelector('.note').textContent", vec![])
+            .await;
+        assert_eq!(note, json!(format!("Open until {shown}.")));
+        let fits = b
+            .js(
+                "return document.documentElement.scrollWidth <= window.innerWidth",
+                vec![],
+            )
+            .await;
+        assert_eq!(fits, true, "nothing is wider than the screen ({name})");
+        b.screenshot(&format!("{}-request-{name}", d.label)).await;
+        b.assert_no_csp_violation("the request page's script").await;
+        b.close().await;
+    }
+}
+
 /// Two people answer at the same moment from two browsers: one answer is recorded, both pages
 /// then show that one, and the feed holds one `request.answered`.
 pub async fn two_browsers_answer_at_once(d: &Deployment<'_>) {
@@ -152,9 +242,12 @@ pub async fn two_browsers_answer_at_once(d: &Deployment<'_>) {
 /// text, makes no element from them, keeps only safe links, and runs nothing.
 pub async fn hostile_request_is_text(d: &Deployment<'_>) {
     let c = d.client;
-    let a = c.new_address().await;
     let script = "<script>window.__pwned=1</script>";
     let img = "<img src=x onerror=\"window.__pwned=1\">";
+    // The address's name is the asker's, shown on the page: text too.
+    let a = c
+        .create_address(&json!({"name": format!("{img} bot")}))
+        .await;
     let (_, url) = request(
         c,
         &a,
@@ -197,6 +290,13 @@ pub async fn hostile_request_is_text(d: &Deployment<'_>) {
     ] {
         assert!(text.contains(shown), "{shown:?} is shown as text: {text}");
     }
+    let asker = b
+        .js(
+            "return document.querySelector('.asker').textContent",
+            vec![],
+        )
+        .await;
+    assert_eq!(asker, json!(format!("{img} bot asks:")), "the name is text");
     assert!(
         !text.contains("tracker.example"),
         "an image's address is never used"

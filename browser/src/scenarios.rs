@@ -218,6 +218,179 @@ pub async fn live_feed_ack_and_state(d: &Deployment<'_>) {
     b.close().await;
 }
 
+/// The text of the `.preview` and `.meta` of event `arguments[0]`'s row, the preview's number
+/// of child elements, and whether it is laid out on one line (`[preview|null, meta, children,
+/// one_line]`).
+const ROW_PARTS: &str = "const li = document.querySelector('li[data-event-id=\"' + arguments[0] + '\"]'); \
+     if (!li) return null; \
+     const p = li.querySelector('.preview'); \
+     const one = p ? p.getClientRects().length === 1 && p.clientHeight <= 1.8 * parseFloat(getComputedStyle(p).lineHeight) : null; \
+     return [p ? p.textContent : null, li.querySelector('.meta').textContent, p ? p.children.length : 0, one]";
+
+/// A JSON body that is no envelope, compact, longer than a preview (120 characters).
+fn json_body() -> String {
+    format!(r#"{{"build":7,"ok":true,"log":"{}"}}"#, "x".repeat(200))
+}
+
+/// A text body, a JSON body, an event without a source, a state write and a mail, each
+/// delivered to `a`; returns the ids of the text, JSON and sourceless events.
+async fn varied_feed(d: &Deployment<'_>, a: &Address) -> (String, String, String) {
+    let c = d.client;
+    let r = c
+        .send(
+            "POST",
+            &a.inbox_url,
+            None,
+            &[("content-type", "text/plain; charset=utf-8")],
+            Some(b"Build 7 passed.\nAll 312 tests green <b>ok</b>\r\n\tdone".to_vec()),
+        )
+        .await;
+    r.expect_status(202, "a text delivery");
+    let text = r.json["event"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    // Sent as bytes: the server keeps the body's key order, and so does the preview.
+    let r = c
+        .send(
+            "POST",
+            &a.inbox_url,
+            None,
+            &[("content-type", "application/json")],
+            Some(json_body().into_bytes()),
+        )
+        .await;
+    r.expect_status(202, "a JSON delivery");
+    let json = r.json["event"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let bare = deliver(c, a, &json!({"type": "ci.finished", "data": {"build": 7}})).await;
+    c.json(
+        "PUT",
+        &format!("{}/progress", a.state_url),
+        Some(&a.token),
+        &json!({"value": {"step": 1}}),
+    )
+    .await
+    .expect_status(200, "write state");
+    let to = email_of(a);
+    let mail = format!(
+        "From: Ada Lovelace <ada@example.com>\r\nTo: {to}\r\nSubject: Deploy v2 approved\r\n\
+         Message-ID: <{}@example.com>\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n\
+         Go ahead.\r\n",
+        unique("rows")
+    );
+    ingest(c, d.ingest_secret, &[to.as_str()], mail.as_bytes())
+        .await
+        .expect_status(200, "ingest a mail");
+    (text, json, bare)
+}
+
+/// A row shows a one-line preview of its data without opening Details: a text body's text on
+/// one line, a JSON body's compact JSON cut to 120 characters, a state write `key = value`
+/// (its row says "state", not "from state · state"); an event without a source says no
+/// "from"; a mail shows its subject in its own box instead. Screenshots on a desktop and a
+/// phone.
+pub async fn rows_preview_their_data(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let (text, json, bare) = varied_feed(d, &a).await;
+    for (viewport, name) in [(DESKTOP, "rows"), (PHONE, "rows-phone")] {
+        let b = Browser::start(viewport).await;
+        log_in(&b, c, &a).await;
+        b.until(
+            SOON,
+            "the five rows",
+            "return document.querySelectorAll('#events li').length === 5",
+            &[],
+        )
+        .await;
+        let row = b.js(ROW_PARTS, vec![json!(text)]).await;
+        assert_eq!(
+            row[0], "Build 7 passed. All 312 tests green <b>ok</b> done",
+            "a text body's preview: {row}"
+        );
+        assert_eq!(row[2], 0, "the preview is text only: {row}");
+        assert_eq!(row[3], true, "on one line: {row}");
+        let meta = row[1].as_str().unwrap_or_default();
+        assert!(
+            meta.starts_with("http · ") && !meta.contains("from"),
+            "{meta}"
+        );
+
+        let row = b.js(ROW_PARTS, vec![json!(json)]).await;
+        let cut: String = json_body().chars().take(119).chain(['…']).collect();
+        assert_eq!(row[0], json!(cut), "a JSON body's preview, cut: {row}");
+        assert_eq!(row[3], true, "on one line: {row}");
+
+        let row = b.js(ROW_PARTS, vec![json!(bare)]).await;
+        assert_eq!(row[0], r#"{"build":7}"#, "{row}");
+        let meta = row[1].as_str().unwrap_or_default();
+        assert!(
+            meta.starts_with("http · ") && !meta.contains("from"),
+            "no dangling \"from ·\" without a source: {meta}"
+        );
+
+        let state = b
+            .js(
+                "const li = document.querySelector('li[data-type=\"state.updated\"]'); \
+                 return [li.querySelector('.preview').textContent, li.querySelector('.meta').textContent]",
+                vec![],
+            )
+            .await;
+        assert_eq!(state[0], r#"progress = {"step":1}"#, "{state}");
+        let meta = state[1].as_str().unwrap_or_default();
+        assert!(
+            meta.starts_with("state · ") && !meta.contains("from"),
+            "a state row says \"state\", not \"from state · state\": {meta}"
+        );
+
+        let mail = b
+            .js(
+                "const li = document.querySelector('li[data-type=\"email.received\"]'); \
+                 return [!!li.querySelector('.preview'), li.querySelector('.meta').textContent, \
+                         li.querySelector('.mail dl').textContent]",
+                vec![],
+            )
+            .await;
+        assert_eq!(
+            mail[0], false,
+            "a mail shows its subject, not a preview: {mail}"
+        );
+        assert!(
+            mail[1]
+                .as_str()
+                .is_some_and(|m| m.starts_with("from ada@example.com · email · ")),
+            "{mail}"
+        );
+        assert!(
+            mail[2]
+                .as_str()
+                .is_some_and(|m| m.contains("SubjectDeploy v2 approved")),
+            "{mail}"
+        );
+        let fits = b
+            .js(
+                "return document.documentElement.scrollWidth <= window.innerWidth",
+                vec![],
+            )
+            .await;
+        assert_eq!(fits, true, "nothing is wider than the screen ({name})");
+        b.screenshot(&format!("{}-inbox-{name}", d.label)).await;
+        // And the rows below: the state write and the mail.
+        b.js(
+            "document.querySelector('li[data-type=\"state.updated\"]').scrollIntoView()",
+            vec![],
+        )
+        .await;
+        b.screenshot(&format!("{}-inbox-{name}-below", d.label))
+            .await;
+        b.assert_no_csp_violation("the rows").await;
+        b.close().await;
+    }
+}
+
 /// A wrong token is the 401 message (and forgotten); a deleted address is the 410 message.
 pub async fn wrong_token_and_gone_address(d: &Deployment<'_>) {
     let c = d.client;
@@ -767,4 +940,118 @@ pub fn quantile(values: &[f64], q: f64) -> f64 {
     }
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
     v[rank - 1]
+}
+
+/// A one-time sign-in link of the viewer (docs/API.md §13, "Sign-in links"), asked for with the
+/// API as `agentaddress inbox` does: `{base}/inbox#code=avc_…`.
+pub async fn viewer_link(c: &Client, a: &Address) -> String {
+    let r = c
+        .send(
+            "POST",
+            &format!("{}/viewer-codes", a.root),
+            Some(&a.token),
+            &[],
+            None,
+        )
+        .await;
+    r.expect_status(201, "POST {root}/viewer-codes");
+    r.json["viewer_url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no viewer_url: {}", r.text))
+        .to_owned()
+}
+
+/// `link` (as `agentaddress inbox --print` printed it) opened in Chromium: the viewer is signed
+/// in and shows the feed, the address bar no longer holds `#code`, and the token is in the
+/// tab's session storage. The same link opened again, in a new browser, says it was used and
+/// signs no one in. Screenshots `{label}-inbox-link-signed-in`, `{label}-inbox-link-used`.
+pub async fn sign_in_link(d: &Deployment<'_>, a: &Address, link: &str) {
+    let c = d.client;
+    assert!(link.starts_with(&c.url("/inbox#code=avc_")), "{link}");
+    assert!(!link.contains(&a.token), "the link holds no token: {link}");
+    let id = deliver(
+        c,
+        a,
+        &json!({"type": "deploy.finished", "source": "ci", "data": {"build": 42}}),
+    )
+    .await;
+
+    let b = Browser::start(DESKTOP).await;
+    b.open(link).await;
+    viewer_is_live(&b).await;
+    b.until(SOON, "the feed's event appears", ROW, &[json!(id)])
+        .await;
+    assert_eq!(
+        text_of(&b, "#current-id").await,
+        a.id,
+        "signed in to the link's address"
+    );
+    assert_eq!(
+        b.wd.current_url().await.map(|u| u.to_string()).ok(),
+        Some(c.url("/inbox")),
+        "the code left the address bar"
+    );
+    let kept = b
+        .js(
+            "return [location.hash, sessionStorage.getItem('agentaddress.inbox'), \
+             document.cookie, localStorage.length]",
+            vec![],
+        )
+        .await;
+    assert_eq!(kept[0], "", "no fragment: {kept}");
+    let saved: Value = serde_json::from_str(kept[1].as_str().unwrap_or("null"))
+        .unwrap_or_else(|e| panic!("session storage is not JSON ({e}): {kept}"));
+    assert_eq!(
+        saved,
+        json!({"id": a.id, "token": a.token}),
+        "the token is kept per tab"
+    );
+    assert_eq!(
+        (&kept[2], &kept[3]),
+        (&json!(""), &json!(0)),
+        "nothing elsewhere"
+    );
+    // A reload stays signed in (from session storage), and redeems nothing again.
+    b.wd.refresh()
+        .await
+        .unwrap_or_else(|e| panic!("reload: {e}"));
+    viewer_is_live(&b).await;
+    b.until(SOON, "the event again after a reload", ROW, &[json!(id)])
+        .await;
+    b.screenshot(&format!("{}-inbox-link-signed-in", d.label))
+        .await;
+    b.assert_no_csp_violation("a sign-in link").await;
+    b.close().await;
+
+    // Opened again, in a browser of its own: used.
+    let b = Browser::start(DESKTOP).await;
+    b.open(link).await;
+    let message = b
+        .until(
+            SOON,
+            "the page says the link was used",
+            "const m = document.getElementById('message'); \
+             return !m.hidden && m.textContent.includes('already used') ? m.textContent : null",
+            &[],
+        )
+        .await;
+    assert_eq!(
+        message,
+        "This link was already used or has expired — run the command again."
+    );
+    let state = b
+        .js(
+            "return [location.href, sessionStorage.getItem('agentaddress.inbox'), \
+             document.getElementById('viewer').hidden, document.getElementById('login').hidden]",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        state,
+        json!([c.url("/inbox"), null, true, false]),
+        "no fragment, no token, the form shown"
+    );
+    b.screenshot(&format!("{}-inbox-link-used", d.label)).await;
+    b.assert_no_csp_violation("a used sign-in link").await;
+    b.close().await;
 }

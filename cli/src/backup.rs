@@ -1,5 +1,7 @@
 //! `agentaddress backup`: a consistent copy of the embedded store's database, safe while
 //! `agentaddress serve` runs on it (agentaddress_sqlite::backup; README, "Backups").
+//! It takes no lock: `serve`'s lock file keeps out a second server, not readers (README, "One
+//! server per database file").
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +34,14 @@ pub fn run(args: BackupArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: backup of {} failed: {e}", args.db.display());
+            use agentaddress_sqlite::BackupError as E;
+            match e {
+                // These name their file already: the path once.
+                E::NoSource(_) | E::Exists(_) | E::NotOurs(..) => {
+                    eprintln!("error: backup failed: {e}")
+                }
+                _ => eprintln!("error: backup of {} failed: {e}", args.db.display()),
+            }
             ExitCode::FAILURE
         }
     }

@@ -1,4 +1,8 @@
-//! `agentaddress serve`: config, telemetry, store, sweeper, server, graceful shutdown.
+//! `agentaddress serve`: config, telemetry, the database's lock, store, sweeper, server,
+//! graceful shutdown, and the start-up banner.
+
+mod banner;
+mod dbfile;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -149,34 +153,82 @@ pub fn init_tracing_text() {
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
-    telemetry::init(args.log_format);
+    let format = args.log_format;
+    telemetry::init(format);
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
     match runtime.block_on(serve(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            tracing::error!("{message}");
-            eprintln!("error: {message}");
+            // Said once: one JSON log line for a log pipeline (unless RUST_LOG silences
+            // errors), else a plain line for a person.
+            match format {
+                LogFormat::Json | LogFormat::Lambda if tracing::enabled!(tracing::Level::ERROR) => {
+                    tracing::error!("{message}")
+                }
+                _ => eprintln!("error: {message}"),
+            }
             ExitCode::FAILURE
         }
     }
 }
 
+/// The value of a clap enum as it is spelled on the command line (`full`, not `Full`).
+fn flag_value<T: clap::ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map_or_else(String::new, |v| v.get_name().to_owned())
+}
+
+/// A store's refusal to open, in words, without repeating the path the message already names.
+fn open_cause(e: &agentaddress_core::store::StoreError, path: &std::path::Path) -> String {
+    use agentaddress_core::store::StoreError;
+    let text = match e {
+        StoreError::Internal(m) | StoreError::Unavailable(m) => m.clone(),
+        other => other.to_string(),
+    };
+    let shown = path.display().to_string();
+    let text = text
+        .strip_prefix(&format!("cannot open {shown}: "))
+        .unwrap_or(&text);
+    text.replace(&shown, "the file")
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let store = if args.db.as_os_str() == ":memory:" {
-        SqliteStore::open_in_memory()
-    } else {
-        SqliteStore::open_with(
-            &args.db,
+    // One server per database file (README): the lock comes before the store is opened, and
+    // is held (`_lock`, dropped last) until the server has stopped.
+    let place = dbfile::DbPlace::resolve(&args.db)?;
+    let _lock = match &place {
+        dbfile::DbPlace::File(path) => dbfile::lock(path)?,
+        dbfile::DbPlace::Memory => None,
+    };
+    // The port before the store: a taken port makes no database file.
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {}", args.listen, dbfile::io_cause(&e)))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the listening address: {e}"))?;
+    let store = match &place {
+        dbfile::DbPlace::Memory => SqliteStore::open_in_memory()
+            .map_err(|e| format!("cannot open an in-memory database: {e}"))?,
+        dbfile::DbPlace::File(path) => SqliteStore::open_with(
+            path,
             SqliteOptions {
                 synchronous: args.sqlite_synchronous,
                 max_group: usize::try_from(args.sqlite_group_max).unwrap_or(MAX_GROUP),
                 wakeups: args.sqlite_wakeups,
             },
         )
-    }
-    .map_err(|e| format!("cannot open the database {}: {e}", args.db.display()))?;
+        .map_err(|e| {
+            format!(
+                "cannot open the database {}: {}",
+                path.display(),
+                open_cause(&e, path)
+            )
+        })?,
+    };
     let store: Arc<dyn Store> = Arc::new(store);
     let config = ApiConfig::from(&args.service);
     let retention = config.limits.clone();
@@ -233,12 +285,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .merge(agentaddress_mcp::router(state))
         .layer(crate::transport::PerVersionLayer);
 
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| format!("cannot read the listening address: {e}"))?;
     let limits = transport::ConnLimits {
         header_timeout: Duration::from_secs(args.header_timeout_seconds),
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds),
@@ -254,31 +300,53 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     announce(&format!("agentaddress listening on http://{local}"));
     // The SMTP door, when configured; its line comes second (tests read the first).
+    let mut smtp_local = None;
     let smtp = match smtp {
         Some(server) => {
-            let smtp_local = server.local_addr()?;
-            announce(&format!("agentaddress smtp listening on {smtp_local}"));
-            tracing::info!(%smtp_local, "receiving email over SMTP");
+            let local = server.local_addr()?;
+            smtp_local = Some(local);
+            announce(&format!("agentaddress smtp listening on {local}"));
+            tracing::info!(smtp_local = %local, "receiving email over SMTP");
             Some(tokio::spawn(server.serve(shutdown_rx.clone())))
         }
         None => None,
     };
+    let mut metrics_local = None;
     // The metrics listener, when configured; its line comes after the SMTP one.
     let metrics = match args.metrics_listen {
         Some(addr) => {
-            let (metrics_local, task) = crate::metrics::serve(addr, shutdown_rx.clone()).await?;
-            announce(&format!(
-                "agentaddress metrics on http://{metrics_local}/metrics"
-            ));
-            tracing::info!(%metrics_local, "serving Prometheus metrics");
+            let (local, task) = crate::metrics::serve(addr, shutdown_rx.clone()).await?;
+            metrics_local = Some(local);
+            announce(&format!("agentaddress metrics on http://{local}/metrics"));
+            tracing::info!(metrics_local = %local, "serving Prometheus metrics");
             Some(task)
         }
         None => None,
     };
+    let banner = banner::Banner {
+        local,
+        public_url: args.service.public_url.as_deref(),
+        smtp: smtp_local,
+        email_domain: &args.service.email_domain,
+        metrics: metrics_local,
+        db: &place,
+    };
+    // The banner is for a person: plain lines on stderr with text logs (after the machine-read
+    // lines on stdout, which stay as they are); with JSON logs, stderr stays JSON lines and the
+    // same facts are the fields of the log line below.
+    if args.log_format == LogFormat::Text {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let _ = writeln!(err, "{}", banner.lines().join("\n")).and_then(|()| err.flush());
+    }
+    let base = banner.base();
     tracing::info!(
         %local,
-        db = %args.db.display(),
-        synchronous = ?args.sqlite_synchronous,
+        api = %format_args!("{base}/api/v1"),
+        inbox = %format_args!("{base}/inbox"),
+        mcp = %format_args!("{base}/api/mcp"),
+        db = %place.describe(),
+        synchronous = %flag_value(&args.sqlite_synchronous),
         max_connections = limits.max_connections,
         max_connections_per_ip = limits.max_connections_per_ip,
         "serving the agentaddress API on the embedded store"

@@ -260,6 +260,37 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
     );
 }
 
+/// The README's example of `backup`'s line shows the schema version a backup of a database
+/// of this build prints (README, "Backups").
+#[test]
+fn the_readme_shows_the_schema_version_a_backup_prints() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let db = dir.path().join("fresh.db");
+    drop(
+        agentaddress_sqlite::SqliteStore::open(&db, agentaddress_sqlite::Synchronous::Full)
+            .unwrap_or_else(|e| panic!("create {}: {e}", db.display())),
+    );
+    let out = backup(&db, &dir.path().join("copy.db"));
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{out:?}");
+    let version = said
+        .split("schema version ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("no schema version in {said:?}"));
+    assert!(version.parse::<u32>().is_ok_and(|v| v >= 7), "{said}");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .unwrap_or_else(|e| panic!("read README.md: {e}"));
+    let example = readme
+        .lines()
+        .find(|l| l.starts_with("# → backed up "))
+        .unwrap_or_else(|| panic!("README.md has no example of backup's line"));
+    assert!(
+        example.contains(&format!(", schema version {version}, ")),
+        "README's example says {example:?}; a backup prints schema version {version}"
+    );
+}
+
 #[test]
 fn refusals_change_nothing() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));

@@ -3,6 +3,7 @@
 //! message (a server allowing few polls), and the figures of docs/PERFORMANCE.md ("Pages").
 //! Screenshots go to `target/screenshots/serve-*.png`.
 
+mod client_harness;
 mod common;
 
 use agentaddress_blackbox::Client;
@@ -41,6 +42,12 @@ fn deployment(s: &Serve) -> Deployment<'_> {
 async fn the_inbox_shows_deliveries_live_and_acks_them() {
     let s = serve(&[]).await;
     scenarios::live_feed_ack_and_state(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_preview_their_data_on_one_line() {
+    let s = serve(&[]).await;
+    scenarios::rows_preview_their_data(&deployment(&s)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,6 +136,12 @@ async fn a_person_answers_a_request_while_the_agent_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_page_names_the_asker_in_the_readers_time() {
+    let s = serve(&[]).await;
+    agentaddress_browser::requests::the_asker_and_the_readers_time(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_browsers_answering_at_once_record_one_answer() {
     let s = serve(&[]).await;
     agentaddress_browser::requests::two_browsers_answer_at_once(&deployment(&s)).await;
@@ -144,4 +157,39 @@ async fn a_hostile_request_renders_as_text() {
 async fn a_request_is_answered_on_a_phone_with_the_keyboard_only() {
     let s = serve(&[]).await;
     agentaddress_browser::requests::phone_and_keyboard(&deployment(&s)).await;
+}
+
+/// `/` in the browser (docs/API.md §13): every link answers, the MCP line and the version, the
+/// JSON index for a program, the icon, `/inbox/`; screenshots `serve-home-{desktop,phone}.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_door_links_everything_on_a_desktop_and_a_phone() {
+    let s = serve(&[]).await;
+    agentaddress_browser::home::front_door(&deployment(&s)).await;
+}
+
+/// The link of `agentaddress inbox TASK --print` (docs/CLI.md), for an address made with the
+/// API and adopted with `import`, opened in Chromium: the viewer signed in without the token in
+/// any URL, once (`scenarios::sign_in_link`; screenshots `serve-inbox-link-*.png`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_link_signs_the_viewer_in_once() {
+    let s = serve(&[]).await;
+    let a = s.client.new_address().await;
+    let mut cli = client_harness::Cli::new(&s.client.base);
+    let file = cli.scratch("token");
+    std::fs::write(&file, &a.token).unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let file = file.display().to_string();
+    cli.ok(&["import", "viewer", "--id", &a.id, "--token-file", &file])
+        .await;
+    let out = cli.ok(&["inbox", "viewer", "--print"]).await;
+    let link = out["viewer_url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no viewer_url: {out}"))
+        .to_owned();
+    scenarios::sign_in_link(&deployment(&s), &a, &link).await;
+    cli.assert_never_printed(&a.token);
 }

@@ -69,7 +69,8 @@ async fn create_with_a_signing_secret() {
         .await;
     assert_eq!(
         out["verification"],
-        json!({"scheme": "github", "reject_unverified": true, "tolerance_seconds": 60})
+        json!({"scheme": "github", "reject_unverified": true}),
+        "GitHub signs no timestamp: no tolerance_seconds (docs/API.md §15)"
     );
     assert!(!out.to_string().contains(secret));
     let saved = std::fs::read_to_string(cli.file("hooks")).unwrap_or_else(|e| panic!("{e}"));
@@ -509,4 +510,296 @@ async fn ask_a_person_and_poll_the_answer() {
     )
     .await;
     cli.assert_never_printed(&cli.token("deploy"));
+}
+
+/// The hint of every `unauthorized` (exit 5) error (docs/CLI.md, "Errors and exit codes").
+const URL_HINT: &str = "check --url: is this the server, and the database, that made the address?";
+
+/// `POST /api/v1/viewer-codes/redeem` with `code`: (status, JSON body).
+async fn redeem(base: &str, code: &str) -> (u16, serde_json::Value) {
+    let r = reqwest::Client::new()
+        .post(format!("{base}/api/v1/viewer-codes/redeem"))
+        .json(&json!({ "code": code }))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("redeem: {e}"));
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+/// The code in a viewer link's fragment.
+fn code_of_link(link: &str) -> String {
+    link.split_once("#code=")
+        .map(|(_, c)| c.to_owned())
+        .unwrap_or_else(|| panic!("no #code= in {link}"))
+}
+
+/// `inbox --print` (docs/CLI.md): a link to the viewer whose fragment holds a one-time code and
+/// no token; the code signs in once, with the task's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_prints_a_one_time_link_without_the_token() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let created = cli.ok(&["create", "viewer"]).await;
+    let token = cli.token("viewer");
+    let out = cli.ok(&["inbox", "viewer", "--print"]).await;
+    assert_eq!(out["address_id"], created["address_id"]);
+    assert!(out["expires_at"].is_string(), "{out}");
+    assert!(out.get("opened").is_none(), "--print opens nothing: {out}");
+    let link = out["viewer_url"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        link.starts_with(&format!("{}/inbox#code=avc_", s.base)),
+        "{link}"
+    );
+    assert!(!link.contains(&token) && !link.contains('?'), "{link}");
+    let code = code_of_link(&link);
+    let (status, body) = redeem(&s.base, &code).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["read_token"], token.as_str());
+    assert_eq!(body["address_id"], created["address_id"]);
+    let (status, body) = redeem(&s.base, &code).await;
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(body["error"]["code"], "code_expired");
+    // Each run makes a new link.
+    let again = cli.ok(&["inbox", "viewer", "--print"]).await;
+    assert_ne!(again["viewer_url"], out["viewer_url"]);
+    cli.assert_never_printed(&token);
+}
+
+/// `inbox` opens the link with `$BROWSER` (its output kept off stdout), and prints the link
+/// only when no browser opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_opens_the_browser_or_prints_the_link() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    cli.ok(&["create", "viewer"]).await;
+    let token = cli.token("viewer");
+    let opened = cli.scratch("opened.txt");
+    let browser = cli.scratch("browser.sh");
+    std::fs::write(
+        &browser,
+        format!(
+            "#!/bin/sh\necho 'chatter on stdout'\nprintf '%s' \"$1\" > '{}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o700))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    cli.env = vec![("BROWSER".into(), browser.display().to_string())];
+    let out = cli.ok(&["inbox", "viewer"]).await;
+    assert_eq!(out["opened"], true, "{out}");
+    assert!(
+        out.get("viewer_url").is_none(),
+        "an opened link is not printed: {out}"
+    );
+    let link = std::fs::read_to_string(&opened).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        link.starts_with(&format!("{}/inbox#code=avc_", s.base)),
+        "{link}"
+    );
+    let (status, _) = redeem(&s.base, &code_of_link(&link)).await;
+    assert_eq!(status, 200);
+
+    // No browser at all (a failing $BROWSER, no xdg-open on the PATH): the link, to open by hand.
+    let empty = cli.scratch("empty-bin");
+    std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
+    cli.env = vec![
+        ("BROWSER".into(), "/bin/false".into()),
+        ("PATH".into(), empty.display().to_string()),
+    ];
+    let out = cli.ok(&["inbox", "viewer"]).await;
+    assert_eq!(out["opened"], false, "{out}");
+    assert!(
+        out["reason"].as_str().is_some_and(|r| r.contains("false")),
+        "{out}"
+    );
+    let link = out["viewer_url"].as_str().unwrap_or_default().to_owned();
+    let (status, _) = redeem(&s.base, &code_of_link(&link)).await;
+    assert_eq!(status, 200);
+    cli.assert_never_printed(&token);
+}
+
+/// `import` adopts an address made with curl: the same file as `create` (0600, the same
+/// fields), then `poll` works on it; an existing task needs `--force`; a wrong token or an
+/// address of another server is exit 5 with the `--url` hint, and nothing is saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_adopts_an_address_made_elsewhere() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let made: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/api/v1/addresses", s.base))
+        .json(&json!({"name": "made with curl", "expires_in_seconds": 3600}))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .json()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let id = made["address"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let token = made["credentials"]["read_token"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let inbox_url = made["endpoints"]["inbox_url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let file = cli.scratch("token.txt");
+    std::fs::write(&file, format!("  {token}\n\n")).unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let file = file.display().to_string();
+
+    let out = cli
+        .ok(&["import", "adopted", "--id", &id, "--token-file", &file])
+        .await;
+    assert_eq!(out["address_id"], id.as_str());
+    assert_eq!(out["email"], made["address"]["email"]);
+    assert_eq!(out["name"], "made with curl");
+    assert_eq!(out["expires_at"], made["address"]["expires_at"]);
+    assert_eq!(out["inbox_url"], serde_json::Value::Null, "{out}");
+    assert_eq!(out["url"], s.base.as_str());
+    assert_eq!(mode(&cli.file("adopted")), 0o600);
+    assert_eq!(mode(&cli.home), 0o700);
+    let saved = cli.saved("adopted");
+    assert_eq!(cli.token("adopted"), token, "the token, trimmed");
+    assert_eq!(saved["version"], 1);
+    assert_eq!(saved["cursor"], 0);
+    assert_eq!(cli.ok(&["handoff", "adopted"]).await, out);
+
+    // The other commands work on it.
+    let seq = deliver(
+        &inbox_url,
+        &json!({"type": "ci.finished", "data": {"build": 9}}),
+    )
+    .await;
+    let page = cli.ok(&["poll", "adopted", "--wait", "5"]).await;
+    assert_eq!(page["events"][0]["sequence"], seq, "{page}");
+    assert_eq!(page["events"][0]["data"], json!({"build": 9}));
+
+    // An existing task is refused unless --force (and then the inbox URL can be given).
+    cli.fails(
+        &["import", "adopted", "--id", &id, "--token-file", &file],
+        6,
+        "task_exists",
+    )
+    .await;
+    // A token file others can read is said on stderr (the import goes on).
+    let shared = cli.scratch("shared-token.txt");
+    std::fs::write(&shared, &token).unwrap_or_else(|e| panic!("{e}"));
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let shared = shared.display().to_string();
+    let run = cli
+        .run(&[
+            "import",
+            "adopted",
+            "--id",
+            &id,
+            "--token-file",
+            &shared,
+            "--inbox-url",
+            &inbox_url,
+            "--force",
+        ])
+        .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let notice: serde_json::Value =
+        serde_json::from_str(run.stderr.trim()).unwrap_or_else(|e| panic!("{e}: {run:?}"));
+    assert!(
+        notice["notice"]["token_file"]
+            .as_str()
+            .is_some_and(|m| m.contains("0600")),
+        "{run:?}"
+    );
+    let out = run.json();
+    assert_eq!(out["inbox_url"], inbox_url.as_str());
+    cli.fails(
+        &[
+            "import",
+            "other",
+            "--id",
+            &id,
+            "--token-file",
+            &file,
+            "--inbox-url",
+            "https://elsewhere.example/api/v1/inbox/addr_other/ais_x",
+        ],
+        2,
+        "usage",
+    )
+    .await;
+
+    // A wrong token, an unknown id: exit 5 with the hint, and no file.
+    let wrong = cli.scratch("wrong.txt");
+    std::fs::write(&wrong, format!("aat_{}", "x".repeat(43))).unwrap_or_else(|e| panic!("{e}"));
+    let wrong = wrong.display().to_string();
+    for (task, args) in [
+        (
+            "w1",
+            vec!["--id", id.as_str(), "--token-file", wrong.as_str()],
+        ),
+        (
+            "w2",
+            vec![
+                "--id",
+                "addr_unknownunknownunknow",
+                "--token-file",
+                file.as_str(),
+            ],
+        ),
+    ] {
+        let mut argv = vec!["import", task];
+        argv.extend(args);
+        let error = cli.fails(&argv, 5, "unauthorized").await;
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.ends_with(&format!("({URL_HINT})")), "{message}");
+        assert!(!cli.file(task).exists(), "{task} was saved");
+    }
+    // An empty token file is refused before any request.
+    let empty = cli.scratch("empty.txt");
+    std::fs::write(&empty, "\n").unwrap_or_else(|e| panic!("{e}"));
+    let empty = empty.display().to_string();
+    cli.fails(
+        &["import", "w3", "--id", &id, "--token-file", &empty],
+        2,
+        "usage",
+    )
+    .await;
+    cli.assert_never_printed(&token);
+}
+
+/// Exit 5 of a saved task pointed at another server (another database) says what to check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_5_says_to_check_the_url() {
+    let s = server().await;
+    let other = server().await;
+    let mut cli = Cli::new(&s.base);
+    cli.ok(&["create", "t"]).await;
+    let error = cli
+        .fails(&["poll", "t", "--url", &other.base], 5, "unauthorized")
+        .await;
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains(URL_HINT), "{message}");
+    assert_eq!(error["http_status"], 401);
+    cli.fails(
+        &["inbox", "t", "--print", "--url", &other.base],
+        5,
+        "unauthorized",
+    )
+    .await;
+    cli.assert_never_printed(&cli.token("t"));
 }

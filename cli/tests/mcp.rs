@@ -247,6 +247,76 @@ async fn mcp_get_attachment() {
     m.close().await;
 }
 
+/// The Python client of docs/MCP.md, exactly as the document shows it (between its
+/// `python-mcp-client` markers), run with the official SDK (PyPI `mcp`, pinned in
+/// scripts/mcp-python, which `scripts/test` runs first) against a real `serve`: it creates an
+/// address, delivers to its inbox URL, polls, acknowledges, and prints what it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_python_client_of_the_docs_runs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/MCP.md"))
+        .unwrap_or_else(|e| panic!("read docs/MCP.md: {e}"));
+    let snippet = python_snippet(&doc);
+    let python = root.join(".cache/mcp-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/mcp-python --install-only (scripts/test does)",
+        python.display()
+    );
+    let (dir, _server, base) = serve().await;
+    let script = dir.path().join("client.py");
+    std::fs::write(&script, &snippet).unwrap_or_else(|e| panic!("write the snippet: {e}"));
+    let run = tokio::process::Command::new(&python)
+        .arg(&script)
+        .env("AGENTADDRESS_MCP_URL", format!("{base}/api/mcp"))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .unwrap_or_else(|_| panic!("the Python client did not finish within 120 s"))
+        .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the Python client failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "tools: 11",
+            r#"event: 1 deploy.finished {"ok": true}"#,
+            "next cursor: 1",
+        ],
+        "stderr: {stderr}"
+    );
+}
+
+/// The code between docs/MCP.md's `python-mcp-client` markers, without its fence.
+fn python_snippet(doc: &str) -> String {
+    let start = "<!-- python-mcp-client: start -->";
+    let end = "<!-- python-mcp-client: end -->";
+    let from = doc
+        .find(start)
+        .unwrap_or_else(|| panic!("docs/MCP.md has no {start}"));
+    let block = &doc[from + start.len()..];
+    let block = &block[..block
+        .find(end)
+        .unwrap_or_else(|| panic!("docs/MCP.md has no {end}"))];
+    let code = block
+        .trim()
+        .strip_prefix("```python\n")
+        .and_then(|b| b.strip_suffix("```"))
+        .unwrap_or_else(|| panic!("the snippet is one ```python block: {block}"));
+    assert!(
+        code.contains("from mcp import ClientSession") && code.contains("asyncio.run(main())"),
+        "{code}"
+    );
+    code.to_owned()
+}
+
 fn mcp_inline_max() -> usize {
     agentaddress_mcp::INLINE_MAX_BYTES
 }

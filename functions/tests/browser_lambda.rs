@@ -34,6 +34,15 @@ async fn the_inbox_shows_deliveries_live_and_acks_them() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_preview_their_data_on_one_line() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    scenarios::rows_preview_their_data(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_and_a_gone_address_are_explained() {
     let (c, secret) = (
         Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
@@ -85,6 +94,12 @@ async fn a_person_answers_a_request_while_the_agent_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_page_names_the_asker_in_the_readers_time() {
+    let (c, secret) = stack();
+    agentaddress_browser::requests::the_asker_and_the_readers_time(&with_stack(&c, &secret)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_browsers_answering_at_once_record_one_answer() {
     let (c, secret) = stack();
     agentaddress_browser::requests::two_browsers_answer_at_once(&with_stack(&c, &secret)).await;
@@ -100,4 +115,25 @@ async fn a_hostile_request_renders_as_text() {
 async fn a_request_is_answered_on_a_phone_with_the_keyboard_only() {
     let (c, secret) = stack();
     agentaddress_browser::requests::phone_and_keyboard(&with_stack(&c, &secret)).await;
+}
+
+/// `/` in the browser, served by the `service` function (docs/API.md §13); screenshots
+/// `lambda-home-{desktop,phone}.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_door_links_everything_on_a_desktop_and_a_phone() {
+    let (c, secret) = stack();
+    agentaddress_browser::home::front_door(&with_stack(&c, &secret)).await;
+}
+
+/// A one-time sign-in link (docs/API.md §13, "Sign-in links"), served by the `address`
+/// function: signed in once, without the token in any URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sign_in_link_signs_the_viewer_in_once() {
+    let (c, secret) = (
+        Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL")),
+        env("AGENTADDRESS_TEST_INGEST_SECRET"),
+    );
+    let a = c.new_address().await;
+    let link = scenarios::viewer_link(&c, &a).await;
+    scenarios::sign_in_link(&with_stack(&c, &secret), &a, &link).await;
 }

@@ -48,7 +48,7 @@ impl CliError {
         body.insert("message".into(), Value::String(message.into()));
         Self {
             exit: exit_code_for(code),
-            body,
+            body: with_hint(body),
         }
     }
 
@@ -62,7 +62,7 @@ impl CliError {
             .to_owned();
         Self {
             exit: exit_code_for(&code),
-            body: error,
+            body: with_hint(error),
         }
     }
 
@@ -89,6 +89,26 @@ impl CliError {
         let _ = writeln!(std::io::stderr(), "{}", super::redact(&line, secret));
         ExitCode::from(self.exit)
     }
+}
+
+/// What to check when a token is refused (docs/CLI.md, "Errors and exit codes"): the address
+/// is unknown to this server as often as the token is wrong.
+pub const UNAUTHORIZED_HINT: &str =
+    "check --url: is this the server, and the database, that made the address?";
+
+/// `unauthorized` (exit 5) with [`UNAUTHORIZED_HINT`] after its message.
+fn with_hint(mut body: Map<String, Value>) -> Map<String, Value> {
+    if body.get("code").and_then(Value::as_str) == Some("unauthorized") {
+        let message = body.get("message").and_then(Value::as_str).unwrap_or("");
+        if !message.contains(UNAUTHORIZED_HINT) {
+            let hinted = format!("{} ({UNAUTHORIZED_HINT})", message.trim_end());
+            body.insert(
+                "message".into(),
+                Value::String(hinted.trim_start().to_owned()),
+            );
+        }
+    }
+    body
 }
 
 /// The client's own error codes (docs/CLI.md, "Errors and exit codes"), each with its exit

@@ -1,5 +1,5 @@
-//! The command-line client, for agents that run shell commands: `create`, `handoff`, `poll`,
-//! `wait`, `ack`, `state …` and `attachment`. Credentials are saved per task in the credentials directory
+//! The command-line client, for agents that run shell commands: `create`, `import`, `handoff`,
+//! `poll`, `wait`, `ack`, `state …`, `attachment` and `inbox`. Credentials are saved per task in the credentials directory
 //! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
 //! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
 //!
@@ -10,6 +10,7 @@ mod api;
 mod attachment;
 mod creds;
 mod error;
+mod viewer;
 mod wait;
 
 use std::io::{IsTerminal, Read, Write};
@@ -75,6 +76,12 @@ pub enum ClientCommand {
     /// Client: email a confirmed contact of TASK; the text is read from stdin. Replies arrive in
     /// TASK's feed as `email.received` events.
     Send(SendArgs),
+    /// Client: open the inbox viewer signed in for TASK, with a one-time link (the read token
+    /// never appears in a URL); `--print` prints the link instead.
+    Inbox(viewer::InboxArgs),
+    /// Client: save the credentials of an address made elsewhere (curl, MCP, another machine)
+    /// as TASK, after checking its read token with the server.
+    Import(viewer::ImportArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -360,6 +367,8 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         }
         ClientCommand::Contact(args) => contact(args, secret).await,
         ClientCommand::Send(args) => send(args, secret).await,
+        ClientCommand::Inbox(args) => viewer::inbox(args, secret).await,
+        ClientCommand::Import(args) => viewer::import(args, secret).await,
     }
 }
 
@@ -493,7 +502,8 @@ fn handoff_json(c: &Credentials, file: &Path) -> Value {
         "task": c.task,
         "address_id": c.address_id,
         "name": c.name,
-        "inbox_url": c.inbox_url,
+        // `import` without --inbox-url: the server keeps only the inbox secret's hash.
+        "inbox_url": (!c.inbox_url.is_empty()).then_some(&c.inbox_url),
         "email": c.email,
         "created_at": c.created_at,
         "expires_at": c.expires_at,

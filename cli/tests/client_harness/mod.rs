@@ -47,6 +47,8 @@ pub struct Cli {
     pub log: Vec<Out>,
     /// The commands' working directory (default: the test's).
     pub cwd: Option<PathBuf>,
+    /// More environment variables of the commands (`BROWSER` for `inbox`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Cli {
@@ -59,6 +61,7 @@ impl Cli {
             url: url.to_owned(),
             log: Vec::new(),
             cwd: None,
+            env: Vec::new(),
         }
     }
 
@@ -93,6 +96,9 @@ impl Cli {
         }
         if let Some(dir) = &self.cwd {
             cmd.current_dir(dir);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
         }
         let mut child = cmd
             .spawn()
@@ -331,6 +337,7 @@ pub async fn workflow(cli: &mut Cli, task: &str) {
                 url,
                 log: Vec::new(),
                 cwd: None,
+                env: Vec::new(),
             };
             let started = std::time::Instant::now();
             let out = c.run(&["poll", &task, "--wait", "20"]).await;

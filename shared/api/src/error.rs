@@ -38,7 +38,8 @@ pub enum ErrorCode {
     SignatureInvalid,
     /// docs/API.md §16: a wrong confirmation code (tries counted), or one with no tries left.
     InvalidCode,
-    /// docs/API.md §16: the confirmation code has expired; ask for a new one.
+    /// docs/API.md §16: the confirmation code has expired; ask for a new one. Also a viewer
+    /// sign-in code that is unknown, used or expired (§13).
     CodeExpired,
     /// docs/API.md §16: a send to an address that is not a confirmed contact.
     ContactNotConfirmed,
@@ -261,6 +262,10 @@ pub enum ApiError {
     InvalidCode { tries_left: u32 },
     #[error("code expired")]
     CodeExpired,
+    /// docs/API.md §13: a viewer sign-in code that is unknown, used or expired (one answer for
+    /// all three, so that nothing can be told apart).
+    #[error("viewer code expired")]
+    ViewerCodeExpired,
     #[error("contact not confirmed")]
     ContactNotConfirmed,
     #[error("outbound not configured")]
@@ -304,7 +309,7 @@ impl ApiError {
             Self::IdempotencyKeyReused => ErrorCode::IdempotencyKeyReused,
             Self::RateLimited { .. } | Self::DailyLimit { .. } => ErrorCode::RateLimited,
             Self::InvalidCode { .. } => ErrorCode::InvalidCode,
-            Self::CodeExpired => ErrorCode::CodeExpired,
+            Self::CodeExpired | Self::ViewerCodeExpired => ErrorCode::CodeExpired,
             Self::ContactNotConfirmed => ErrorCode::ContactNotConfirmed,
             Self::OutboundNotConfigured => ErrorCode::OutboundNotConfigured,
             Self::Internal(_) => ErrorCode::Internal,
@@ -343,6 +348,9 @@ impl ApiError {
                 format!("The confirmation code is wrong; {tries_left} more tries of this code.")
             }
             Self::DailyLimit { message, .. } => (*message).into(),
+            Self::ViewerCodeExpired => {
+                "This sign-in link was already used or has expired; run the command again.".into()
+            }
             Self::MemoryBusy => "The server's memory for pages of events is in use by other \
                  answers being written; nothing was lost, retry from the same cursor in a moment."
                 .into(),
@@ -501,6 +509,7 @@ mod tests {
             ApiError::RateLimited { retry_after: 1 },
             ApiError::InvalidCode { tries_left: 2 },
             ApiError::CodeExpired,
+            ApiError::ViewerCodeExpired,
             ApiError::ContactNotConfirmed,
             ApiError::OutboundNotConfigured,
             ApiError::Internal("secret detail".into()),

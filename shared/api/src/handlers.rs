@@ -24,11 +24,13 @@ use crate::store::{IdempotencyClaim, NewAddress, NewEvent, StoreError};
 pub use crate::email_routes::*;
 pub use crate::outbound_routes::*;
 pub use crate::pages::{
-    __path_inbox_css, __path_inbox_js, __path_inbox_page, __path_llms_full_txt, __path_well_known,
-    inbox_css, inbox_js, inbox_page, llms_full_txt, well_known,
+    __path_favicon, __path_home, __path_inbox_css, __path_inbox_js, __path_inbox_page,
+    __path_llms_full_txt, __path_well_known, favicon, home, inbox_css, inbox_js, inbox_page,
+    llms_full_txt, well_known,
 };
 pub use crate::request_routes::*;
 pub use crate::stream::{__path_stream_events, stream_events};
+pub use crate::viewer_routes::*;
 
 type ApiResult = Result<Response, ApiError>;
 

@@ -27,6 +27,7 @@ pub mod routes;
 pub mod socket;
 pub mod stream;
 pub mod telemetry;
+mod viewer_routes;
 
 use std::sync::Arc;
 

@@ -193,6 +193,19 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
             "answer_request",
             &[NotFound, QuotaExceeded, RequestClosed, PayloadTooLarge],
         ),
+        (
+            "create_viewer_code",
+            &[Unauthorized, AddressGone, RateLimited],
+        ),
+        (
+            "redeem_viewer_code",
+            &[
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                RateLimited,
+                CodeExpired,
+            ],
+        ),
         ("list_contacts", &[Unauthorized, AddressGone]),
         (
             "add_contact",
@@ -488,7 +501,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 34);
+        assert_eq!(operations, 39);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

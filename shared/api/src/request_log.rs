@@ -86,7 +86,9 @@ where
             let status = response.status().as_u16();
             let took = this.started.elapsed();
             crate::metrics::request(method.as_str(), route, status, took);
-            let ms = took.as_secs_f64() * 1000.0;
+            // Milliseconds to two decimals (`ms=0.21`): the nearest f64 to a number of
+            // hundredths prints with at most two decimals, in text and JSON logs alike.
+            let ms = (took.as_secs_f64() * 100_000.0).round() / 100.0;
             if status >= 500 {
                 tracing::warn!(%method, %route, status, ms, "request");
             } else {

@@ -1,9 +1,11 @@
 //! The person's page of a request (docs/API.md §12–§13): server-rendered HTML from `maud`
 //! (every interpolated value is escaped), the body's Markdown through `pulldown-cmark` with raw
 //! HTML turned into text, images into their text, and links kept only for `http`, `https` and
-//! `mailto` (with `rel="noopener noreferrer nofollow"`). No script at all; one stylesheet from
-//! this service (`/r/page.css`), so the page works under `default-src 'self'` and reads fine
-//! without it.
+//! `mailto` (with `rel="noopener noreferrer nofollow"`). One stylesheet from this service
+//! (`/r/page.css`: the inbox viewer's rules, then the page's own, so both pages look alike) and
+//! one tiny script (`/r/page.js`) that only rewrites each `<time datetime>` in the reader's
+//! locale and time zone, which the server cannot know; its text without the script is UTC. So
+//! the page works under `default-src 'self'` and reads fine without either.
 
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
@@ -14,17 +16,32 @@ use serde_json::{Map, Value};
 use super::request_routes::page_headers;
 use super::ApiError;
 use crate::domain::request::{CommentMode, RequestStatus, COMMENT_MAX_CHARS};
-use crate::domain::time::format_rfc3339;
+use crate::domain::time::{format_rfc3339, format_utc_for_people};
 use crate::domain::Millis;
 use crate::store::RequestRecord;
 
 /// Compared against when there is no request, so both paths hash and compare.
 pub const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
-/// The page's stylesheet (`GET /r/page.css`).
-pub const PAGE_CSS: &str = include_str!("request_page.css");
+/// The page's stylesheet (`GET /r/page.css`): the inbox viewer's (docs/API.md §13), then the
+/// page's own rules.
+pub const PAGE_CSS: &str = concat!(
+    include_str!("pages/assets/inbox.css"),
+    include_str!("request_page.css")
+);
 
-fn layout(title: &str, content: Markup) -> Markup {
+/// The page's script (`GET /r/page.js`): times in the reader's locale.
+pub const PAGE_JS: &str = include_str!("request_page.js");
+
+/// A moment as `<time datetime="…Z">`, its text UTC to the minute until the page's script puts
+/// it in the reader's locale and time zone.
+fn time(ms: Millis) -> Markup {
+    html! { time datetime=(format_rfc3339(ms)) { (format_utc_for_people(ms)) } }
+}
+
+/// The page around `content`; `question` adds what only a request's page needs: the script
+/// that localizes its times, and the footer that says what the page is.
+fn layout(title: &str, question: bool, content: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -34,9 +51,17 @@ fn layout(title: &str, content: Markup) -> Markup {
                 meta name="referrer" content="no-referrer";
                 title { (title) }
                 link rel="stylesheet" href="/r/page.css";
+                @if question {
+                    script src="/r/page.js" defer {}
+                }
             }
             body {
                 main { (content) }
+                @if question {
+                    footer {
+                        p { "Asked through agentaddress. Anyone holding this page's link can answer; the first answer counts." }
+                    }
+                }
             }
         }
     }
@@ -61,6 +86,7 @@ pub fn not_found() -> Response {
         StatusCode::NOT_FOUND,
         layout(
             "Not found",
+            false,
             html! {
                 h1 { "Not found" }
                 p { "There is nothing at this address." }
@@ -82,11 +108,19 @@ pub fn see_page(request_id: &str, secret: &str) -> Response {
     response
 }
 
-/// The page of request `r` at `now`: its question and form while it is open (with `error`, the
-/// reason the last answer was refused), else the recorded decision or its expiry.
-pub fn page(r: &RequestRecord, now: Millis, error: Option<&str>) -> Response {
+/// The page of request `r` at `now`: who asks (`asker`, the address's name, if it has one), its
+/// question and form while it is open (with `error`, the reason the last answer was refused),
+/// else the recorded decision or its expiry.
+pub fn page(r: &RequestRecord, asker: Option<&str>, now: Millis, error: Option<&str>) -> Response {
+    html_response(StatusCode::OK, page_markup(r, asker, now, error))
+}
+
+fn page_markup(r: &RequestRecord, asker: Option<&str>, now: Millis, error: Option<&str>) -> Markup {
     let status = r.status_at(now);
     let content = html! {
+        @if let Some(asker) = asker {
+            p class="asker" { (asker) " asks:" }
+        }
         h1 { (r.title) }
         @if let Some(body) = &r.body {
             div class="body" { (PreEscaped(markdown(body))) }
@@ -116,7 +150,7 @@ pub fn page(r: &RequestRecord, now: Millis, error: Option<&str>) -> Response {
                         }
                     }
                 }
-                p class="note" { "Open until " (format_rfc3339(r.expires_at)) "." }
+                p class="note" { "Open until " (time(r.expires_at)) "." }
             }
             RequestStatus::Answered => {
                 @if let Some(a) = &r.answer {
@@ -126,15 +160,16 @@ pub fn page(r: &RequestRecord, now: Millis, error: Option<&str>) -> Response {
                     @if let Some(comment) = &a.comment {
                         blockquote { (comment) }
                     }
-                    p class="note" { "Recorded " (format_rfc3339(a.answered_at)) ". The answer cannot be changed." }
+                    p class="note" { "Recorded " (time(a.answered_at)) ". The answer cannot be changed." }
                 }
             }
             RequestStatus::Expired => {
                 p class="decision" { "This request expired unanswered." }
+                p class="note" { "It was open until " (time(r.expires_at)) "." }
             }
         }
     };
-    html_response(StatusCode::OK, layout(&r.title, content))
+    layout(&r.title, true, content)
 }
 
 /// The fields of a form-encoded body, for [`super::request::parse_fields`] (a repeated field
@@ -203,6 +238,7 @@ pub fn markdown(source: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Answer;
 
     #[test]
     fn raw_html_is_text() {
@@ -251,6 +287,84 @@ mod tests {
             !out.to_ascii_lowercase().contains("href=\"javascript"),
             "{out}"
         );
+    }
+
+    fn record(status: RequestStatus) -> RequestRecord {
+        RequestRecord {
+            id: "req_1".into(),
+            address_id: "addr_1".into(),
+            title: "Ship <b>it</b>?".into(),
+            body: None,
+            options: vec!["Ship".into(), "Hold".into()],
+            comment: CommentMode::Optional,
+            created_at: 1_796_000_000_000,
+            expires_at: 1_796_036_650_123,
+            secret_hash: DUMMY_HASH.into(),
+            status,
+            answer: None,
+        }
+    }
+
+    #[test]
+    fn the_page_names_the_asker_escaped_and_marks_times_for_the_script() {
+        let r = record(RequestStatus::Open);
+        let out = page_markup(&r, Some("deploy <script>x</script> watcher"), 0, None).into_string();
+        assert!(
+            out.contains(
+                "<p class=\"asker\">deploy &lt;script&gt;x&lt;/script&gt; watcher asks:</p>"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("<script>x"), "{out}");
+        assert!(
+            out.contains(
+                "Open until <time datetime=\"2026-11-30T11:04:10.123Z\">Mon 30 Nov 2026, 11:04 UTC</time>."
+            ),
+            "{out}"
+        );
+        // One script, ours, from this origin; no inline script or style.
+        assert_eq!(out.matches("<script").count(), 1, "{out}");
+        assert!(out.contains("<script src=\"/r/page.js\" defer></script>"));
+        assert!(!out.contains("<style") && !out.contains(" style="), "{out}");
+        let nameless = page_markup(&r, None, 0, None).into_string();
+        assert!(!nameless.contains("asks:"), "{nameless}");
+    }
+
+    #[test]
+    fn an_answer_and_an_expiry_show_their_times() {
+        let mut r = record(RequestStatus::Answered);
+        r.answer = Some(Answer {
+            choice: "Ship".into(),
+            comment: None,
+            answered_at: 0,
+        });
+        let out = page_markup(&r, None, 0, None).into_string();
+        assert!(
+            out.contains("Recorded <time datetime=\"1970-01-01T00:00:00.000Z\">Thu 1 Jan 1970, 00:00 UTC</time>."),
+            "{out}"
+        );
+        let out = page_markup(&record(RequestStatus::Open), None, r.expires_at, None).into_string();
+        assert!(out.contains("expired unanswered"), "{out}");
+        assert!(
+            out.contains("<time datetime=\"2026-11-30T11:04:10.123Z\">"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn the_script_only_rewrites_times_as_text() {
+        for forbidden in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
+            assert!(!PAGE_JS.contains(forbidden), "page.js uses {forbidden}");
+        }
+        assert!(PAGE_JS.contains("textContent") && PAGE_JS.contains("toLocaleString"));
+        // The viewer's rules come first, then the page's own.
+        assert!(PAGE_CSS.starts_with(include_str!("pages/assets/inbox.css")));
     }
 
     #[test]

@@ -286,7 +286,20 @@ pub async fn request_page(
             request_page::not_found()
         });
     };
-    Ok(request_page::page(&r, now, None))
+    let asker = asker(&state, &r, now).await;
+    Ok(request_page::page(&r, asker.as_deref(), now, None))
+}
+
+/// Who asks: the name of the request's address, if it has one (docs/API.md §12). The page is
+/// shown without it when the address cannot be read.
+async fn asker(state: &AppState, r: &RequestRecord, now: Millis) -> Option<String> {
+    match state.store.get_address(&r.address_id, now).await {
+        Ok(address) => address.and_then(|a| a.name),
+        Err(e) => {
+            tracing::warn!(request_id = %r.id, error = %e, "the asker's name could not be read");
+            None
+        }
+    }
 }
 
 #[utoipa::path(
@@ -340,7 +353,13 @@ pub async fn answer_request(
         Ok(a) => a,
         Err(e) if !json && r.status_at(now) == RequestStatus::Open => {
             // The person sees the page again, with what was wrong.
-            return Ok(request_page::page(&r, now, Some(&e.to_string())));
+            let asker = asker(&state, &r, now).await;
+            return Ok(request_page::page(
+                &r,
+                asker.as_deref(),
+                now,
+                Some(&e.to_string()),
+            ));
         }
         Err(e) if json => return Err(e),
         Err(_) => return Ok(request_page::see_page(&request_id, &secret)),
@@ -413,6 +432,27 @@ pub async fn request_page_css() -> Response {
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    for (name, value) in page_headers() {
+        headers.insert(name, value);
+    }
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
+    response
+}
+
+#[utoipa::path(
+    get, path = "/r/page.js", tag = "service",
+    responses((status = 200, description = "The script of the person's page: it shows the page's times in the reader's locale", content_type = "text/javascript")),
+)]
+pub async fn request_page_js() -> Response {
+    let mut response = (StatusCode::OK, request_page::PAGE_JS).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/javascript; charset=utf-8"),
     );
     for (name, value) in page_headers() {
         headers.insert(name, value);

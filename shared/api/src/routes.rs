@@ -22,7 +22,9 @@ use crate::{ApiError, AppState, McpRoute, MCP_PATH};
 pub enum RouteGroup {
     /// `POST /api/v1/addresses`
     CreateAddress,
-    /// `GET`, `DELETE {root}`, `PUT`, `DELETE {root}/verification`
+    /// `GET`, `DELETE {root}`, `PUT`, `DELETE {root}/verification`, and the inbox viewer's
+    /// sign-in links: `POST {root}/viewer-codes`, `POST /api/v1/viewer-codes/redeem`
+    /// (docs/API.md §13)
     Address,
     /// `POST {inbox_url}`
     Inbox,
@@ -31,9 +33,10 @@ pub enum RouteGroup {
     Events,
     /// `GET {state_url}`, `GET`, `PUT`, `DELETE {state_url}/{key}`
     State,
-    /// `/healthz`, `/openapi.json`, `/skill.md`, the pages and discovery documents (`/inbox`,
-    /// its assets, `/llms-full.txt`, `/.well-known/agentaddress.json`), and every request no
-    /// other group serves
+    /// `/`, `/favicon.ico`, `/healthz`, `/openapi.json`, `/skill.md`, the pages and discovery
+    /// documents (`/inbox`, its assets, `/llms-full.txt`, `/.well-known/agentaddress.json`), the
+    /// `/inbox/` redirect (no operation: not in the table), and every request no other group
+    /// serves
     Service,
     /// `POST /api/mcp`: the API as MCP tools (answered by the REST routes in process)
     Mcp,
@@ -42,7 +45,7 @@ pub enum RouteGroup {
     /// Its own function (`email-api`), so that only it links the MIME parser.
     Email,
     /// `POST {root}/requests`, `GET {root}/requests/{request_id}`, the person's page
-    /// `GET`/`POST /r/{request_id}/{secret}` and its stylesheet (docs/API.md §12).
+    /// `GET`/`POST /r/{request_id}/{secret}`, its stylesheet and its script (docs/API.md §12).
     Requests,
     /// `GET`, `POST {root}/email/contacts`, `POST {root}/email/send` (docs/API.md §16).
     Outbound,
@@ -213,9 +216,25 @@ impl Routes {
         for route in self.routes {
             router = router.route(&route.shape.path(), (route.serve)(route.shape.filter()));
         }
+        if self.group == RouteGroup::Service {
+            // A convenience, not an operation of the API (docs/API.md §13).
+            router = router.route(INBOX_SLASH, axum::routing::get(crate::pages::inbox_slash));
+        }
         router
     }
 }
+
+/// The inbox viewer's path with a slash at the end: the `Service` group redirects it to
+/// `/inbox` (docs/API.md §13).
+pub const INBOX_SLASH: &str = "/inbox/";
+
+/// The shape of the MCP endpoint (`POST /api/mcp`), which has no `#[utoipa::path]` annotation.
+pub const MCP_SHAPE: Shape = Shape {
+    operation: "mcp",
+    group: RouteGroup::Mcp,
+    method: || vec![HttpMethod::Post],
+    path: || MCP_PATH.to_owned(),
+};
 
 /// Adds every route of `shapes` that `router` does not serve yet, answered by
 /// [`not_served_here`]: a request for it that reaches this router was sent to the wrong Lambda
@@ -254,7 +273,7 @@ async fn not_deployed() -> ApiError {
 
 /// Declares the groups: for each, its `static` in [`groups`], its function's name and its
 /// handlers (functions of `crate::handlers` with a `#[utoipa::path]` annotation). Also derives
-/// [`SHAPES`] (every REST route's shape) and [`RestPaths`] (the OpenAPI paths of them all).
+/// [`SHAPES`] (every route's shape) and [`RestPaths`] (the OpenAPI paths of the REST routes).
 macro_rules! route_table {
     ($( $group:ident $name:ident $function:literal [ $( $handler:ident ),* $(,)? ] )*) => {
         route_table!(@shapes $( $group [ $( $handler ),* ] )*);
@@ -292,7 +311,9 @@ macro_rules! route_table {
     };
     (@shapes $( $group:ident [ $( $handler:ident ),* ] )*) => {
         pastey::paste! {
-            /// The shape of every REST route.
+            /// The shape of every route: every REST route's, then the MCP endpoint's
+            /// ([`MCP_SHAPE`]), so that the `service` function answers another method of
+            /// `/api/mcp` with the same 405 and `Allow: POST` as `serve` (docs/API.md §8).
             pub static SHAPES: &[Shape] = &[$($(
                 Shape {
                     operation: stringify!($handler),
@@ -300,20 +321,22 @@ macro_rules! route_table {
                     method: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::methods,
                     path: <crate::handlers::[<__path_ $handler>] as utoipa::Path>::path,
                 },
-            )*)*];
+            )*)*
+                MCP_SHAPE,
+            ];
         }
     };
 }
 
 route_table! {
     CreateAddress CREATE_ADDRESS "create-address" [create_address]
-    Address ADDRESS "address" [inspect_address, delete_address, set_verification, delete_verification]
+    Address ADDRESS "address" [inspect_address, delete_address, set_verification, delete_verification, create_viewer_code, redeem_viewer_code]
     Inbox INBOX "inbox" [deliver]
     Events EVENTS "events" [list_events, stream_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]
-    Service SERVICE "service" [healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
+    Service SERVICE "service" [home, favicon, healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
-    Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css]
+    Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css, request_page_js]
     Outbound OUTBOUND "outbound" [list_contacts, add_contact, send_email]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []

@@ -6,6 +6,9 @@
 //!   and a line per stateless request at info: nothing below WARN from its targets;
 //! - the Lambda runtime logs each raw invocation event (headers with the bearer token, the
 //!   inbox URL's secret, bodies) at trace: nothing at TRACE from it.
+//!
+//! Text logs are coloured only on a terminal, and never when `NO_COLOR` is set to anything
+//! non-empty (<https://no-color.org>): a log file or a pipe gets no escape codes.
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -58,19 +61,35 @@ pub fn rust_log_filter(rust_log: Option<&str>) -> tracing_subscriber::filter::Ta
     }
 }
 
+/// Whether text logs may use ANSI colours: only on a terminal, and not when `NO_COLOR` holds
+/// anything (an empty `NO_COLOR` counts as unset, as no-color.org says).
+pub fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
 /// Installs the global subscriber (once; a second call changes nothing).
 pub fn init(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::prelude::*;
     let filter = rust_log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let cap = tracing_subscriber::filter::filter_fn(log_allowed);
     let registry = tracing_subscriber::registry().with(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let ansi = colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => registry.with(fmt.with_filter(cap)).try_init(),
-        LogFormat::Json => registry.with(fmt.json().with_filter(cap)).try_init(),
+        LogFormat::Json => registry
+            .with(fmt.with_ansi(false).json().with_filter(cap))
+            .try_init(),
         LogFormat::Lambda => registry
             .with(
                 tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
                     .json()
                     .without_time()
                     .with_current_span(false)
@@ -115,6 +134,19 @@ mod tests {
         assert!(!allowed("lambda_runtime::layers", Level::TRACE));
         assert!(allowed("lambda_runtime", Level::DEBUG));
         assert!(allowed("agentaddress_api", Level::TRACE));
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        use std::ffi::OsStr;
+        assert!(colour(true, None));
+        assert!(
+            colour(true, Some(OsStr::new(""))),
+            "empty NO_COLOR is unset"
+        );
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(true, Some(OsStr::new("false"))), "any value");
+        assert!(!colour(false, None), "not a terminal");
     }
 
     #[test]

@@ -17,6 +17,7 @@
 //! | send | `A#{id}` | `O#{send_id}` (message, seq, event_id, status, attempts, next_attempt_at, lease_until, last_error, expires_at, ttl) |
 //! | send key | `A#{id}` | `OK#{sha256(key)}` (send_id, body_hash, seq, event_id, ttl) |
 //! | sends of a day | `A#{id}` | `OD#{utc_day}` (count, ttl) |
+//! | viewer sign-in code | `V#{sha256(code)}` | `V` (address_id, sealed, created_at, expires_at, used_at, used_by, ttl: docs/API.md §13) |
 //!
 //! META also counts the address's contacts (`contacts`) for their cap (docs/API.md §16).
 //!
@@ -76,6 +77,7 @@
 //!   with their `email.sent` event, claimed and finished (the send queue drives deliveries);
 //! - `email`: inbound email (append with its object, reads by event and by `email_id`);
 //!   `bucket`: the email bucket's objects (S3);
+//! - `viewer`: the inbox viewer's one-time sign-in codes (docs/API.md §13);
 //! - `capacity`: consumed-capacity metrics; `config`: [`AwsConfig`].
 //!
 //! This file holds [`DynamoStore`], its constructors, the reads every path shares, and the
@@ -101,6 +103,7 @@ mod requests;
 mod retry;
 mod sockets;
 mod state;
+mod viewer;
 
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
 pub use aws_config::SdkConfig;
@@ -131,9 +134,9 @@ use crate::domain::{Limits, Millis};
 use crate::store::{
     Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
     CreatedRequest, Download, DownloadLink, Event, EventPage, IdempotencyClaim, NewAddress,
-    NewCode, NewEmail, NewEvent, NewRequest, NewSend, RequestRecord, SendOutcome, SendRecord,
-    SendRecorded, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
-    StoreResult, StoredEmail, SweepReport, Usage,
+    NewCode, NewEmail, NewEvent, NewRequest, NewSend, NewViewerCode, RedeemedViewerCode,
+    RequestRecord, SendOutcome, SendRecord, SendRecorded, StateDeleted, StateEntry, StateListing,
+    StateWritten, Store, StoreError, StoreResult, StoredEmail, SweepReport, Usage,
 };
 
 type Item = HashMap<String, AttributeValue>;
@@ -528,6 +531,23 @@ impl Store for DynamoStore {
             self.tell_head(id, now).await;
         }
         Ok(())
+    }
+
+    async fn create_viewer_code(
+        &self,
+        id: &str,
+        code: NewViewerCode,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.create_viewer_code_impl(id, code, now).await
+    }
+
+    async fn redeem_viewer_code(
+        &self,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RedeemedViewerCode>> {
+        self.redeem_viewer_code_impl(code_hash, now).await
     }
 
     async fn read_events(

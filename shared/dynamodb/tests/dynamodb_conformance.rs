@@ -89,6 +89,10 @@ mod outbound_conformance {
     agentaddress_core::store_outbound_conformance_tests!(super::make().await);
 }
 
+mod viewer_conformance {
+    agentaddress_core::store_viewer_conformance_tests!(super::make().await);
+}
+
 mod dynamodb_only {
     use agentaddress_core::domain::{ids, outbound, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
@@ -130,6 +134,63 @@ mod dynamodb_only {
             .expect("get the request item")
             .item
             .is_some()
+    }
+
+    /// What the table keeps of a viewer sign-in code (docs/API.md §13): an item keyed by the
+    /// code's hash, with the token sealed, a TTL, and neither the code nor the token; a redeem
+    /// marks it used.
+    #[tokio::test]
+    async fn a_viewer_code_item_reveals_neither_code_nor_token() {
+        use agentaddress_core::domain::viewer;
+        use agentaddress_core::store::NewViewerCode;
+        let store = super::dynamo().await;
+        let id = ids::new_address_id();
+        store
+            .create_address(super::new_address(&id, None))
+            .await
+            .expect("create");
+        let code = viewer::new_viewer_code();
+        let token = ids::new_read_token();
+        let new = NewViewerCode {
+            code_hash: viewer::code_hash(&code),
+            sealed_token: viewer::seal_token(&code, &id, &token).expect("seal"),
+            created_at: T0,
+            expires_at: T0 + viewer::VIEWER_CODE_VALID_MS,
+        };
+        store
+            .create_viewer_code(&id, new.clone(), T0)
+            .await
+            .expect("store the code");
+        let client = super::DynamoStore::client_from_env().await;
+        let get = || async {
+            client
+                .get_item()
+                .table_name(store.table())
+                .key("pk", AttributeValue::S(format!("V#{}", new.code_hash)))
+                .key("sk", AttributeValue::S("V".into()))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("get the code's item")
+                .item
+                .expect("the code's item exists")
+        };
+        let item = get().await;
+        let text = format!("{item:?}");
+        assert!(!text.contains(&code) && !text.contains(&token), "{text}");
+        assert!(
+            !text.contains(&token[4..]),
+            "no plain part of the token: {text}"
+        );
+        let ttl = item.get("ttl").and_then(|v| v.as_n().ok()).cloned();
+        assert_eq!(ttl, Some(((new.expires_at + 999) / 1000).to_string()));
+        assert!(!item.contains_key("used_at"));
+        let got = store
+            .redeem_viewer_code(&new.code_hash, T0 + 1)
+            .await
+            .expect("redeem");
+        assert_eq!(got.map(|r| r.address_id), Some(id.clone()));
+        assert!(get().await.contains_key("used_at"), "marked used");
     }
 
     #[tokio::test]

@@ -1001,9 +1001,25 @@ impl McpServer {
         if status.is_success() {
             CallToolResult::structured(value)
         } else {
-            CallToolResult::structured_error(value)
+            CallToolResult::structured_error(for_tool_callers(value))
         }
     }
+}
+
+/// The message of `unauthorized` for a tool's caller, who sends no header: the arguments.
+const UNAUTHORIZED_MESSAGE: &str = "A valid read_token argument for this address_id is \
+    required: the credentials.read_token that create_return_address returned with the address.";
+
+/// An API error body as a tool error: the same code and fields, with a message that speaks of
+/// the tool's arguments where the API's speaks of HTTP (`unauthorized`'s `Authorization`
+/// header, docs/MCP.md "Errors").
+fn for_tool_callers(mut value: Value) -> Value {
+    if let Some(error) = value.get_mut("error").and_then(Value::as_object_mut) {
+        if error.get("code").and_then(Value::as_str) == Some(ErrorCode::Unauthorized.as_str()) {
+            error.insert("message".into(), Value::from(UNAUTHORIZED_MESSAGE));
+        }
+    }
+    value
 }
 
 /// `%XX`-decoded UTF-8 (lossy): the `filename*` our own REST answer wrote.
@@ -1302,6 +1318,71 @@ mod tests {
         ] {
             assert_eq!(code(ok), None, "{ok}");
         }
+    }
+
+    /// docs/MCP.md says how many tools there are and lists each in its table with every
+    /// argument of its input schema; the README names them all.
+    #[test]
+    fn the_docs_list_every_tool_with_its_arguments() {
+        let doc = include_str!("../../../docs/MCP.md");
+        let readme = include_str!("../../../README.md");
+        let number = [
+            "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+            "eleven", "twelve", "thirteen", "fourteen", "fifteen",
+        ];
+        let n = number.get(TOOLS.len()).copied().unwrap_or("many");
+        assert!(
+            doc.contains(&format!("gets {n} tools")),
+            "docs/MCP.md: {n} tools"
+        );
+        assert!(
+            readme.contains(&format!("as {n} MCP tools")),
+            "README: {n} tools"
+        );
+        for tool in TOOLS.iter() {
+            let name = tool.name.as_ref();
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| `{name}` |")))
+                .unwrap_or_else(|| panic!("docs/MCP.md's table has no row for {name}"));
+            let arguments = row.split(" | ").nth(1).unwrap_or_default();
+            let properties = tool
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            assert!(!properties.is_empty(), "{name}");
+            for argument in properties.keys() {
+                assert!(
+                    arguments.contains(&format!("`{argument}`")),
+                    "docs/MCP.md: {name} lacks the argument {argument}: {arguments}"
+                );
+            }
+            assert!(readme.contains(&format!("`{name}`")), "README lacks {name}");
+        }
+    }
+
+    #[test]
+    fn unauthorized_speaks_of_the_read_token_argument() {
+        let api = json!({"error": {"code": "unauthorized",
+            "message": ErrorCode::Unauthorized.default_message()}});
+        assert!(api["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Authorization")));
+        let tool = for_tool_callers(api);
+        let message = tool["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("read_token") && message.contains("address_id"),
+            "{message}"
+        );
+        assert!(!message.contains("Authorization"), "{message}");
+        assert_eq!(tool["error"]["code"], "unauthorized");
+        // Other errors keep the API's message and fields.
+        let conflict = json!({"error": {"code": "revision_conflict", "message": "m",
+            "current_revision": 4}});
+        assert_eq!(for_tool_callers(conflict.clone()), conflict);
+        assert_eq!(for_tool_callers(json!({})), json!({}));
     }
 
     #[test]

@@ -88,9 +88,9 @@ async fn endpoints_are_exactly_what_each_group_routes() {
 }
 
 /// The `service` function's router (API Gateway's catch-all): its own routes, every other
-/// route's method and path without its handler, and so the same 404 and 405 (with the same
-/// `Allow`) as the whole router — while a request routed to another function is not answered
-/// by a handler here.
+/// route's method and path without its handler — the MCP endpoint's too —, and so the same 404
+/// and 405 (with the same `Allow`) as the whole router of `serve`, MCP included — while a
+/// request routed to another function is not answered by a handler here.
 #[tokio::test]
 async fn the_catch_all_answers_404_and_405_like_the_whole_router() {
     use agentaddress_api::routes::{groups, SHAPES};
@@ -103,18 +103,20 @@ async fn the_catch_all_answers_404_and_405_like_the_whole_router() {
         poll_checks: Default::default(),
     };
     let state = AppState::new(store, config);
-    let whole = agentaddress_api::router(state.clone());
+    let whole = agentaddress_mcp::router(state.clone());
     let service = agentaddress_api::router_of(&[&groups::SERVICE], state, None, SHAPES);
-    let mut paths: Vec<String> = RouteGroup::REST
+    let mut paths: Vec<String> = RouteGroup::ALL
         .iter()
         .flat_map(|g| g.endpoints())
         .map(|(_, p)| p)
         .collect();
+    assert!(paths.iter().any(|p| p == "/api/mcp"), "{paths:?}");
     paths.push("/api/v1/nothing/here".into());
-    paths.push("/".into());
+    paths.push("/inbox/".into());
+    paths.push("/api/mcp/".into());
     for path in &paths {
         for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
-            let routed = RouteGroup::REST.iter().find(|g| {
+            let routed = RouteGroup::ALL.iter().find(|g| {
                 g.endpoints()
                     .iter()
                     .any(|(m, p)| p == path && (*m == method || (*m == "GET" && method == "HEAD")))

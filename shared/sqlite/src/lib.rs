@@ -17,7 +17,8 @@
 //! - `state`: state keys (list, get, put, delete);
 //! - `append`: appending an event (every delivery and state write) and the feed quota;
 //! - `purge`: purging deleted addresses and the sweep of expired data;
-//! - `rate_limit`: rate-limit counters.
+//! - `rate_limit`: rate-limit counters;
+//! - `viewer`: the inbox viewer's one-time sign-in codes.
 //!
 //! This file holds the options, [`SqliteStore`] and its constructors, and the `Store` impl, each
 //! of whose methods is implemented in the module of its job.
@@ -38,6 +39,7 @@ mod requests;
 mod rows;
 mod schema;
 mod state;
+mod viewer;
 
 pub use backup::{backup, BackupError, BackupReport};
 
@@ -54,9 +56,9 @@ use crate::rows::sql_err;
 use crate::store::{
     Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
     CreatedRequest, Event, EventPage, FeedSignal, IdempotencyClaim, NewAddress, NewCode, NewEmail,
-    NewEvent, NewRequest, NewSend, RequestRecord, SendOutcome, SendRecord, SendRecorded,
-    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    StoredEmail, SweepReport, Usage,
+    NewEvent, NewRequest, NewSend, NewViewerCode, RedeemedViewerCode, RequestRecord, SendOutcome,
+    SendRecord, SendRecorded, StateDeleted, StateEntry, StateListing, StateWritten, Store,
+    StoreError, StoreResult, StoredEmail, SweepReport, Usage,
 };
 
 /// Most requests committed in one transaction (group commit).
@@ -338,6 +340,23 @@ impl Store for SqliteStore {
 
     async fn due_sends(&self, now: Millis, limit: usize) -> StoreResult<Vec<(String, String)>> {
         self.due_sends_impl(now, limit).await
+    }
+
+    async fn create_viewer_code(
+        &self,
+        id: &str,
+        code: NewViewerCode,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.create_viewer_code_impl(id, code, now).await
+    }
+
+    async fn redeem_viewer_code(
+        &self,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RedeemedViewerCode>> {
+        self.redeem_viewer_code_impl(code_hash, now).await
     }
 
     async fn read_events(

@@ -20,6 +20,7 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM requests WHERE address_id = ?1",
         "DELETE FROM contacts WHERE address_id = ?1",
         "DELETE FROM sends WHERE address_id = ?1",
+        "DELETE FROM viewer_codes WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -43,6 +44,8 @@ impl SqliteStore {
                 conn.execute("DELETE FROM idempotency WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
                 conn.execute("DELETE FROM emails WHERE expires_at <= ?1", [now])
+                    .map_err(sql_err)?;
+                conn.execute("DELETE FROM viewer_codes WHERE expires_at <= ?1", [now])
                     .map_err(sql_err)?;
                 // Daily counts of days gone (yesterday's is kept: a clock a little behind).
                 conn.execute(

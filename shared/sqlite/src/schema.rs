@@ -174,6 +174,20 @@ CREATE TABLE daily_counts (
     PRIMARY KEY (scope, day)
 ) WITHOUT ROWID;
 "#,
+    // 8: the inbox viewer's one-time sign-in codes (docs/API.md §13, "Sign-in links"): the
+    // code's hash, and the read token sealed under a key only the code gives (never the code
+    // or the token). A redeem deletes its row; the sweep removes expired ones.
+    r#"
+CREATE TABLE viewer_codes (
+    code_hash   TEXT PRIMARY KEY,
+    address_id  TEXT NOT NULL,
+    sealed      TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX viewer_codes_by_address ON viewer_codes(address_id);
+CREATE INDEX viewer_codes_expiry ON viewer_codes(expires_at);
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -28,6 +28,13 @@ mod memory {
             SqliteStore::open_in_memory().expect("open in-memory SQLite")
         ));
     }
+
+    mod viewer {
+        use super::*;
+        agentaddress_core::store_viewer_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -54,6 +61,10 @@ mod file {
 
     mod outbound {
         agentaddress_core::store_outbound_conformance_tests!(super::open());
+    }
+
+    mod viewer {
+        agentaddress_core::store_viewer_conformance_tests!(super::open());
     }
 }
 
@@ -124,7 +135,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 7));
+        assert_eq!((mode.as_str(), version), ("wal", 8));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -240,7 +251,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 7);
+        assert_eq!(version, 8);
     }
 
     #[tokio::test]
@@ -255,6 +266,59 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
             Err(StoreError::Internal(m)) => assert!(m.contains("newer"), "{m}"),
             other => panic!("expected a refusal, got {other:?}"),
         }
+    }
+
+    /// What the file keeps of a viewer sign-in code (docs/API.md §13) is the code's hash and the
+    /// token sealed: neither the code nor the read token is in the database or its WAL, and a
+    /// redeemed code's row is gone.
+    #[tokio::test]
+    async fn a_viewer_code_at_rest_reveals_neither_code_nor_token() {
+        use agentaddress_core::domain::viewer;
+        use agentaddress_core::store::NewViewerCode;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("viewer.db");
+        let store = SqliteStore::open(&path, Synchronous::Full).expect("open");
+        store
+            .create_address(address("addr_v"))
+            .await
+            .expect("create");
+        let code = viewer::new_viewer_code();
+        let token = agentaddress_core::domain::ids::new_read_token();
+        let new = NewViewerCode {
+            code_hash: viewer::code_hash(&code),
+            sealed_token: viewer::seal_token(&code, "addr_v", &token).expect("seal"),
+            created_at: T0,
+            expires_at: T0 + viewer::VIEWER_CODE_VALID_MS,
+        };
+        store
+            .create_viewer_code("addr_v", new.clone(), T0)
+            .await
+            .expect("store the code");
+        let on_disk = || {
+            let mut bytes = std::fs::read(&path).expect("read the database");
+            if let Ok(wal) = std::fs::read(path.with_extension("db-wal")) {
+                bytes.extend_from_slice(&wal);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        let text = on_disk();
+        assert!(
+            text.contains(&new.code_hash),
+            "the hash is kept (this test looks in the right place)"
+        );
+        assert!(!text.contains(&code), "the code is not kept");
+        assert!(!text.contains(&token), "the read token is not kept");
+        assert!(!text.contains(&token[4..]), "nor any plain part of it");
+        let got = store
+            .redeem_viewer_code(&new.code_hash, T0)
+            .await
+            .expect("redeem");
+        assert!(got.is_some());
+        let conn = rusqlite::Connection::open(&path).expect("open directly");
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM viewer_codes", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(rows, 0, "a redeemed code is gone");
     }
 
     #[tokio::test]

@@ -1,11 +1,13 @@
-//! Pages for people and discovery documents for machines (docs/API.md §13): the inbox viewer
-//! (`/inbox`, one static HTML file, one script, one style sheet, all embedded in the binary),
-//! `/llms-full.txt` and `/.well-known/agentaddress.json`. The discovery documents are generated
+//! Pages for people and discovery documents for machines (docs/API.md §13): `/` (a page or a
+//! JSON index, [`home`]) and `/favicon.ico`, the inbox viewer (`/inbox`, one static HTML file,
+//! one script, one style sheet, all embedded in the binary), `/llms-full.txt` and
+//! `/.well-known/agentaddress.json`. The discovery documents are generated
 //! from the same sources as `/skill.md` and `/openapi.json`, so they cannot drift from them.
 //!
 //! Every answer here carries the pages' security headers ([`SECURITY_HEADERS`]): the viewer
 //! handles a read token, and everything it shows (events, state, mail) is untrusted.
 
+mod home;
 mod llms;
 
 use axum::extract::State;
@@ -17,6 +19,10 @@ use crate::domain::Limits;
 use crate::extract::base_url;
 use crate::{ApiError, AppState, MCP_PATH};
 
+pub use home::{
+    __path_favicon, __path_home, favicon, home, inbox_slash, index, prefers_html, ServiceIndex,
+    ServiceLinks,
+};
 pub use llms::llms_full;
 
 /// No inline script or style, nothing from another origin, never framed; no `<base>`, forms

@@ -137,8 +137,16 @@ async fn the_page_carries_its_headers_and_escapes_everything() {
     assert_eq!(p.header("referrer-policy"), Some("no-referrer"));
     assert_eq!(p.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(p.header("cache-control"), Some("no-store"));
+    // One script, the page's own (docs/API.md §12): none from the request.
+    assert_eq!(p.text.matches("<script").count(), 1, "{}", p.text);
+    assert!(
+        p.text
+            .contains(r#"<script src="/r/page.js" defer></script></head>"#),
+        "{}",
+        p.text
+    );
     for bad in [
-        "<script",
+        "<script>",
         "<img",
         "<b>",
         "<i>",
@@ -165,10 +173,48 @@ async fn the_page_carries_its_headers_and_escapes_everything() {
         "{}",
         p.text
     );
-    // The stylesheet is ours.
+    // The stylesheet and the script are ours, under the pages' headers.
     let css = app.send(get("/r/page.css")).await;
     assert_eq!(css.status, StatusCode::OK);
     assert_eq!(css.header("content-type"), Some("text/css; charset=utf-8"));
+    assert!(css.text.contains(".options"), "{}", css.text);
+    assert!(
+        css.text.contains("--accent"),
+        "the viewer's rules: {}",
+        css.text
+    );
+    let js = app.send(get("/r/page.js")).await;
+    assert_eq!(js.status, StatusCode::OK);
+    assert_eq!(
+        js.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    assert_eq!(js.header("x-content-type-options"), Some("nosniff"));
+    assert!(js.text.contains("time[datetime]"), "{}", js.text);
+}
+
+/// The page names who asks, the address's name, escaped; an address without a name, nobody.
+#[tokio::test]
+async fn the_page_names_the_asker() {
+    let app = TestApp::new();
+    for (name, shown) in [
+        (
+            json!("deploy <b>watcher</b>"),
+            Some("<p class=\"asker\">deploy &lt;b&gt;watcher&lt;/b&gt; asks:</p>"),
+        ),
+        (Value::Null, None),
+    ] {
+        let (_, a) = app.create_with(&json!({"name": name})).await;
+        let r = ask(&app, &a, &json!({"title": "Q"})).await;
+        let p = app
+            .send(get(page_path(r["url"].as_str().expect("url"))))
+            .await;
+        assert_eq!(p.status, StatusCode::OK);
+        match shown {
+            Some(html) => assert!(p.text.contains(html), "{}", p.text),
+            None => assert!(!p.text.contains("asks:"), "{}", p.text),
+        }
+    }
 }
 
 #[tokio::test]

@@ -65,7 +65,12 @@ async fn openapi_describes_every_route() {
             &["get", "post"],
         ),
         ("/api/v1/addresses/{address_id}/email/send", &["post"]),
+        ("/api/v1/addresses/{address_id}/viewer-codes", &["post"]),
+        ("/api/v1/viewer-codes/redeem", &["post"]),
         ("/r/page.css", &["get"]),
+        ("/r/page.js", &["get"]),
+        ("/", &["get"]),
+        ("/favicon.ico", &["get"]),
         ("/healthz", &["get"]),
         ("/openapi.json", &["get"]),
         ("/skill.md", &["get"]),
@@ -111,8 +116,8 @@ async fn unknown_routes_are_404_json() {
     let t = TestApp::new();
     let a = t.create().await;
     for (method, path) in [
-        (Method::GET, "/".to_owned()),
         (Method::GET, "/nope".to_owned()),
+        (Method::GET, "/inbox/x".to_owned()),
         (Method::GET, "/api/v1".to_owned()),
         (Method::GET, "/api/v2/addresses".to_owned()),
         (Method::POST, "/api/v1/inbox".to_owned()),

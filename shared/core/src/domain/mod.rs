@@ -11,6 +11,7 @@ pub mod request;
 pub mod state;
 pub mod time;
 pub mod verification;
+pub mod viewer;
 
 pub use limits::Limits;
 pub use time::{Clock, ManualClock, Millis, SystemClock};

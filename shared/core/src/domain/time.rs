@@ -57,6 +57,15 @@ pub fn format_rfc3339(ms: Millis) -> String {
     }
 }
 
+/// UTC to the minute, for people, e.g. `Mon 30 Nov 2026, 11:04 UTC`: the text of a page's
+/// `<time>` before (or without) its script puts it in the reader's locale (docs/API.md §12).
+pub fn format_utc_for_people(ms: Millis) -> String {
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) => t.format("%a %-d %b %Y, %H:%M UTC").to_string(),
+        None => String::from("Fri 31 Dec 9999, 23:59 UTC"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,6 +77,15 @@ mod tests {
             format_rfc3339(1_796_036_650_123),
             "2026-11-30T11:04:10.123Z"
         );
+    }
+
+    #[test]
+    fn formats_for_people_in_utc_to_the_minute() {
+        assert_eq!(
+            format_utc_for_people(1_796_036_650_123),
+            "Mon 30 Nov 2026, 11:04 UTC"
+        );
+        assert_eq!(format_utc_for_people(0), "Thu 1 Jan 1970, 00:00 UTC");
     }
 
     #[test]

@@ -115,8 +115,10 @@ pub struct VerificationView {
     #[schema(value_type = String, example = "standard-webhooks")]
     pub scheme: Scheme,
     pub reject_unverified: bool,
-    /// How far a signed timestamp may be from the server's clock (not used by `github`).
-    pub tolerance_seconds: u64,
+    /// How far a signed timestamp may be from the server's clock. Absent for `github`, whose
+    /// signatures carry no timestamp (docs/API.md §15).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerance_seconds: Option<u64>,
 }
 
 impl VerificationConfig {
@@ -184,7 +186,10 @@ impl VerificationConfig {
         VerificationView {
             scheme: self.scheme,
             reject_unverified: self.reject_unverified,
-            tolerance_seconds: self.tolerance_seconds,
+            tolerance_seconds: self
+                .scheme
+                .has_timestamp()
+                .then_some(self.tolerance_seconds),
         }
     }
 
@@ -759,6 +764,35 @@ mod tests {
         )
         .is_err());
         assert!(VerificationConfig::from_json(&json!("github")).is_err());
+    }
+
+    /// GitHub signs no timestamp: its view has no `tolerance_seconds` (docs/API.md §15), the
+    /// others' does; the stored form keeps it either way.
+    #[test]
+    fn the_view_shows_tolerance_only_for_schemes_with_a_timestamp() {
+        let gh = VerificationConfig::new("github", "x", Some(true), Some(60)).expect("ok");
+        assert_eq!(gh.view().tolerance_seconds, None);
+        assert_eq!(
+            serde_json::to_value(gh.view()).expect("json"),
+            json!({"scheme": "github", "reject_unverified": true})
+        );
+        assert_eq!(
+            VerificationConfig::from_stored(&gh.to_stored()).map(|c| c.tolerance_seconds),
+            Some(60)
+        );
+        for (scheme, secret) in [
+            ("stripe", "whsec_SeCrEt1234"),
+            (
+                "standard-webhooks",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            ),
+        ] {
+            let c = VerificationConfig::new(scheme, secret, None, Some(120)).expect(scheme);
+            assert_eq!(
+                serde_json::to_value(c.view()).expect("json"),
+                json!({"scheme": scheme, "reject_unverified": false, "tolerance_seconds": 120})
+            );
+        }
     }
 
     fn any_config() -> impl Strategy<Value = VerificationConfig> {

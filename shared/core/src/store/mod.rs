@@ -16,6 +16,8 @@ pub mod outbound_conformance;
 pub mod request_conformance;
 pub mod rules;
 mod signal;
+#[cfg(feature = "conformance")]
+pub mod viewer_conformance;
 
 use async_trait::async_trait;
 
@@ -347,6 +349,27 @@ pub struct StateDeleted {
     /// The sequence of the `state.deleted` event.
     pub revision: u64,
     pub event: EventRef,
+}
+
+/// A one-time sign-in code of the inbox viewer (docs/API.md §13, "Sign-in links"), as the store
+/// keeps it: the code's hash and the read token sealed under a key only the code gives
+/// ([`crate::domain::viewer`]); never the code or the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewViewerCode {
+    /// [`crate::domain::viewer::code_hash`] of the code.
+    pub code_hash: String,
+    /// [`crate::domain::viewer::seal_token`] of the read token.
+    pub sealed_token: String,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+}
+
+/// A viewer code [`Store::redeem_viewer_code`] answered (once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedeemedViewerCode {
+    pub address_id: String,
+    pub sealed_token: String,
+    pub expires_at: Millis,
 }
 
 /// What a sweep removed.
@@ -684,6 +707,31 @@ pub trait Store: Send + Sync + 'static {
     async fn due_sends(&self, now: Millis, limit: usize) -> StoreResult<Vec<(String, String)>> {
         let _ = (now, limit);
         Ok(Vec::new())
+    }
+
+    /// Stores a viewer sign-in code of the live address `id` (docs/API.md §13, "Sign-in
+    /// links"), redeemable until `code.expires_at`.
+    async fn create_viewer_code(
+        &self,
+        id: &str,
+        code: NewViewerCode,
+        now: Millis,
+    ) -> StoreResult<()> {
+        let _ = (id, code, now);
+        Err(StoreError::NotSupported("viewer sign-in links"))
+    }
+
+    /// Redeems the viewer code whose hash is `code_hash`, in one atomic step: an unused code
+    /// unexpired at `now` is marked used and answered; an unknown, used or expired one is
+    /// `None`, all alike. Under concurrent redeems of one code exactly one gets it. No check of
+    /// the address: the caller judges it ([`Store::get_address`]).
+    async fn redeem_viewer_code(
+        &self,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RedeemedViewerCode>> {
+        let _ = (code_hash, now);
+        Err(StoreError::NotSupported("viewer sign-in links"))
     }
 
     /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before

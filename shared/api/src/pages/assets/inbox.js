@@ -223,6 +223,62 @@
     }
   }
 
+  const PREVIEW_CHARS = 120;
+
+  // `text` on one line: line breaks, tabs, other control and bidirectional formatting
+  // characters become single spaces; at most `max` characters, ending in "…" when cut.
+  function oneLine(text, max) {
+    const flat = str(text).replace(/[\s\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+/g, " ").trim();
+    const chars = Array.from(flat);
+    return chars.length > max ? chars.slice(0, max - 1).join("") + "…" : flat;
+  }
+
+  function compact(v) {
+    try {
+      return str(JSON.stringify(v));
+    } catch (_) {
+      return str(v);
+    }
+  }
+
+  // The row's one-line preview of `data` (docs/API.md §13), or null: a body kept as text shows
+  // its text, a state write its key and value, an answer its choice and comment, anything else
+  // its compact JSON. Mail shows its own subject and text instead.
+  function preview(ev, mail) {
+    const d = ev.data;
+    if (mail || d === null || d === undefined) return null;
+    const obj = typeof d === "object" && !Array.isArray(d);
+    const keys = obj ? Object.keys(d).sort().join(",") : "";
+    if (obj && ev.ingress_surface === "state" && ev.type === "state.deleted") {
+      return { text: oneLine(str(d.key) + " deleted", PREVIEW_CHARS), json: false };
+    }
+    if (obj && ev.ingress_surface === "state") {
+      return { text: oneLine(str(d.key) + " = " + compact(d.value), PREVIEW_CHARS), json: true };
+    }
+    if (obj && ev.ingress_surface === "request" && ev.type === "request.answered") {
+      const said = "Answered " + str(d.choice) + (d.comment ? ": " + str(d.comment) : "");
+      return { text: oneLine(said, PREVIEW_CHARS), json: false };
+    }
+    if (keys === "content_type,text" && typeof d.text === "string") {
+      return { text: oneLine(d.text, PREVIEW_CHARS), json: false };
+    }
+    if (keys === "base64,content_type" && typeof d.base64 === "string") {
+      return { text: oneLine("Binary body (" + str(d.content_type) + ")", PREVIEW_CHARS), json: false };
+    }
+    return { text: oneLine(compact(d), PREVIEW_CHARS), json: true };
+  }
+
+  // "from SOURCE · SURFACE · TIME", without a missing source and without a source that only
+  // repeats the surface (a state write's source is "state").
+  function metaText(ev) {
+    const parts = [];
+    const source = str(ev.source);
+    if (source && source !== str(ev.ingress_surface)) parts.push("from " + source);
+    if (ev.ingress_surface) parts.push(str(ev.ingress_surface));
+    parts.push(fmtTime(ev.received_at));
+    return parts.join(" · ");
+  }
+
   function addEvent(ev) {
     if (document.querySelector('[data-sequence="' + Number(ev.sequence) + '"]')) return;
     const li = el("li", { className: "event", "data-sequence": String(Number(ev.sequence)) });
@@ -231,10 +287,14 @@
     const head = el("p", { className: "head" },
       el("span", { className: "seq", text: "#" + str(ev.sequence) }), " ",
       el("span", { className: "type", text: str(ev.type) }), " ",
-      el("span", { className: "meta", text: "from " + str(ev.source) + " · " + str(ev.ingress_surface) + " · " + fmtTime(ev.received_at) }));
+      el("span", { className: "meta", text: metaText(ev) }));
     li.append(head);
     // Only mail the server received is shown as mail: a webhook may call itself email.received.
     const mail = ev.type === "email.received" && ev.ingress_surface === "email";
+    const line = preview(ev, mail);
+    if (line && line.text) {
+      li.append(el("p", { className: line.json ? "preview json" : "preview", title: line.text }, line.text));
+    }
     if (mail && ev.data && typeof ev.data === "object") li.append(mailView(ev));
     const actions = el("p", { className: "actions" });
     if (ev.acknowledged_at) {
@@ -354,7 +414,78 @@
     (id ? $("read-token") : $("address-id")).focus();
   }
 
+  // ---- Sign-in links (docs/API.md §13, "Sign-in links") --------------------------------------
+  // `agentaddress inbox TASK` opens /inbox#code=avc_…: the one-time code rides in the fragment,
+  // which a browser never sends to a server. It leaves the address bar at once (history keeps
+  // URLs) and is traded, once, for the address id and read token in a POST body, never a URL;
+  // the token is then kept like a typed one.
+  const REDEEM = "/api/v1/viewer-codes/redeem";
+  const LINK_USED = "This link was already used or has expired — run the command again.";
+
+  // The code of a `#code=…` fragment, which is removed from the URL; null without one.
+  function takeLinkCode() {
+    const fragment = location.hash.replace(/^#/, "");
+    if (!fragment) return null;
+    const code = new URLSearchParams(fragment).get("code");
+    if (code === null) return null;
+    history.replaceState(null, "", location.pathname + location.search);
+    return code;
+  }
+
+  // A failed link: the tab's earlier sign-in (if any) goes on, and the page says why.
+  function linkFailed(why, saved) {
+    if (session) return say(why);
+    if (saved) open(saved.id, saved.token);
+    else $("address-id").focus();
+    say(why);
+  }
+
+  async function redeemLink(code, saved) {
+    say("Signing in with the link…", "info");
+    let r = null;
+    let body = null;
+    try {
+      r = await fetch(REDEEM, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ code: String(code).slice(0, 256) }),
+        cache: "no-store",
+        credentials: "omit",
+        referrerPolicy: "no-referrer",
+      });
+      body = await r.json();
+    } catch (e) {
+      if (!r) {
+        linkFailed("Signing in with the link failed: the server cannot be reached (" + str(e && e.message) + ").", saved);
+        return;
+      }
+    }
+    const ok = r.ok && body && typeof body.address_id === "string" && typeof body.read_token === "string";
+    if (ok) {
+      sessionStorage.setItem(STORE, JSON.stringify({ id: body.address_id, token: body.read_token }));
+      open(body.address_id, body.read_token);
+      return;
+    }
+    const err = (body && body.error) || {};
+    if (r.status === 410) linkFailed(LINK_USED, saved);
+    else if (r.status === 429) linkFailed("Too many sign-in attempts from this network (429): wait a minute, then run the command again.", saved);
+    else linkFailed("Signing in with the link failed: HTTP " + r.status + (err.code ? " " + str(err.code) : "") + ".", saved);
+  }
+
+  // The sign-in this tab keeps, if any.
+  function savedSession() {
+    try {
+      const saved = JSON.parse(sessionStorage.getItem(STORE) || "null");
+      return saved && typeof saved.id === "string" && typeof saved.token === "string" ? saved : null;
+    } catch (_) {
+      return null;
+    }
+  }
+  // ---- end of sign-in links ----------------------------------------------------------------
+
   function start() {
+    // First, before anything else: a sign-in link's code leaves the address bar.
+    const code = takeLinkCode();
     $("login-form").addEventListener("submit", (e) => {
       e.preventDefault();
       const id = $("address-id").value.trim();
@@ -366,14 +497,15 @@
     });
     $("forget").addEventListener("click", () => close(""));
     $("refresh-state").addEventListener("click", loadState);
-    let saved = null;
-    try {
-      saved = JSON.parse(sessionStorage.getItem(STORE) || "null");
-    } catch (_) {
-      saved = null;
-    }
-    if (saved && typeof saved.id === "string" && typeof saved.token === "string") open(saved.id, saved.token);
+    const saved = savedSession();
+    if (code !== null) redeemLink(code, saved);
+    else if (saved) open(saved.id, saved.token);
     else $("address-id").focus();
+    // A link pasted into this tab changes only the fragment: no reload, so redeem it here.
+    window.addEventListener("hashchange", () => {
+      const pasted = takeLinkCode();
+      if (pasted !== null) redeemLink(pasted, session ? { id: session.id, token: session.token } : savedSession());
+    });
     // The form works from here on: automation waits for this mark (docs/API.md §13).
     document.documentElement.dataset.ready = "true";
   }
