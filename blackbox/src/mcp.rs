@@ -27,6 +27,11 @@ pub const TOOLS: [&str; 11] = [
     "send_email",
 ];
 
+/// How long a handshake or a tool call may take before the test fails with a message (rmcp's
+/// client has no deadline of its own; a lost answer would otherwise hang the test until
+/// nextest ends it). `poll_events` waits at most 25 s.
+const ANSWER_WITHIN: Duration = Duration::from_secs(90);
+
 /// An MCP client session (initialized) against one deployment, with the tools it listed.
 pub struct Mcp {
     pub base: String,
@@ -92,7 +97,7 @@ impl Mcp {
                         tools,
                     }
                 }
-                Err(e) if attempt == 1 && e.contains("HTTP 5") => {
+                Err(e) if attempt == 1 && (e.contains("HTTP 5") || e.contains("no answer")) => {
                     eprintln!("MCP handshake with {base}/api/mcp: {e}; trying once more");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -104,12 +109,17 @@ impl Mcp {
     /// initialize, then tools/list.
     async fn handshake(base: &str) -> Result<(RunningService<RoleClient, ()>, Vec<Tool>), String> {
         let transport = StreamableHttpClientTransport::from_uri(format!("{base}/api/mcp"));
-        let client = ().serve(transport).await.map_err(|e| format!("initialize: {e}"))?;
-        let tools = client
-            .list_all_tools()
+        let session = async {
+            let client = ().serve(transport).await.map_err(|e| format!("initialize: {e}"))?;
+            let tools = client
+                .list_all_tools()
+                .await
+                .map_err(|e| format!("tools/list: {e}"))?;
+            Ok((client, tools))
+        };
+        tokio::time::timeout(ANSWER_WITHIN, session)
             .await
-            .map_err(|e| format!("tools/list: {e}"))?;
-        Ok((client, tools))
+            .unwrap_or_else(|_| Err(format!("no answer within {ANSWER_WITHIN:?}")))
     }
 
     pub fn tool(&self, name: &str) -> &Tool {
@@ -125,10 +135,12 @@ impl Mcp {
             Value::Object(m) => m,
             other => panic!("tool arguments must be an object, got {other}"),
         };
-        let result = self
+        let call = self
             .client
-            .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments))
+            .call_tool(CallToolRequestParams::new(name.to_owned()).with_arguments(arguments));
+        let result = tokio::time::timeout(ANSWER_WITHIN, call)
             .await
+            .unwrap_or_else(|_| panic!("tools/call {name}: no answer within {ANSWER_WITHIN:?}"))
             .unwrap_or_else(|e| panic!("tools/call {name} failed at the protocol level: {e}"));
         let outcome = outcome(&result);
         if !outcome.is_error {

@@ -501,6 +501,17 @@ async fn upgrade(
     if let Some(p) = protocol {
         rh.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
     }
+    // The connection is live (postable, listed) before the client reads the 101, as on AWS
+    // once `$connect` has accepted; posts made before the upgrade completes wait in its queue.
+    let (tx, rx) = mpsc::unbounded_channel();
+    let conn = Arc::new(Conn {
+        tx,
+        connected_at: ctx.connected_at,
+        source_ip: ctx.source_ip.clone(),
+        user_agent: ctx.user_agent.clone(),
+        last_active: Mutex::new(ctx.connected_at),
+    });
+    lock(&gw.conns).insert(ctx.id.clone(), conn.clone());
     let alive = gw.alive.clone();
     tokio::spawn(async move {
         let _alive = alive;
@@ -515,10 +526,11 @@ async fn upgrade(
                     Some(config),
                 )
                 .await;
-                let (code, reason) = run(&gw, &ctx, ws).await;
+                let (code, reason) = run(&gw, &ctx, ws, &conn, rx).await;
                 disconnect(&gw, &ctx, code, &reason).await;
             }
             Err(e) => {
+                lock(&gw.conns).remove(&ctx.id);
                 tracing::warn!(connection = %ctx.id, "upgrade failed: {e}");
                 disconnect(&gw, &ctx, 1006, ABNORMAL).await;
             }
@@ -555,16 +567,15 @@ enum End {
 }
 
 /// Serves one accepted connection; returns the close code and reason for `$disconnect`.
-async fn run(gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws) -> (u16, String) {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let conn = Arc::new(Conn {
-        tx: tx.clone(),
-        connected_at: ctx.connected_at,
-        source_ip: ctx.source_ip.clone(),
-        user_agent: ctx.user_agent.clone(),
-        last_active: Mutex::new(ctx.connected_at),
-    });
-    lock(&gw.conns).insert(ctx.id.clone(), conn.clone());
+/// `conn` is already registered; `rx` receives what is posted to it.
+async fn run(
+    gw: &Gw,
+    ctx: &Arc<Ctx>,
+    mut ws: Ws,
+    conn: &Conn,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+) -> (u16, String) {
+    let tx = conn.tx.clone();
     tracing::info!(connection = %ctx.id, "connected");
     // Messages are routed one after another by a worker, while this task keeps the socket.
     let (work, work_rx) = mpsc::unbounded_channel::<String>();
