@@ -9,6 +9,9 @@ use serde_json::{json, Map, Value};
 
 use crate::store::StoreError;
 
+/// What a handler answers: a response, or an [`ApiError`] that becomes one.
+pub type ApiResult = Result<Response, ApiError>;
+
 /// The error catalogue of docs/API.md §9: every `error.code` the API answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorCode {

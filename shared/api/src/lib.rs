@@ -9,7 +9,6 @@ pub use agentaddress_core::{domain, metrics, relay, store};
 
 pub mod config;
 pub mod dto;
-mod email_routes;
 pub mod error;
 pub mod extract;
 mod handlers;
@@ -21,13 +20,10 @@ pub mod page_budget;
 pub mod pages;
 pub mod request;
 mod request_log;
-mod request_page;
-mod request_routes;
 pub mod routes;
 pub mod socket;
 pub mod stream;
 pub mod telemetry;
-mod viewer_routes;
 
 use std::sync::Arc;
 
@@ -205,6 +201,12 @@ impl AppState {
         self.page_budget = Some(budget);
         self
     }
+}
+
+/// The OpenAPI document of every REST route (`GET /openapi.json`), with `base` as its server.
+pub fn openapi_document(base: &str) -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi;
+    openapi::document_of(routes::RestPaths::openapi(), base)
 }
 
 /// The path of the MCP endpoint (`RouteGroup::Mcp`).

@@ -444,12 +444,13 @@ impl Modify for Contract {
 )]
 struct ApiDoc;
 
-/// The OpenAPI document, with `base` as its server.
-pub fn document(base: &str) -> utoipa::openapi::OpenApi {
+/// The OpenAPI document of `paths` (every REST route's, from the route table: the crate root's
+/// [`crate::openapi_document`] hands them in, so that this module needs no handler), with
+/// `base` as its server.
+pub fn document_of(paths: utoipa::openapi::OpenApi, base: &str) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
-    // Every REST route, from the one route table (`crate::routes`); then what the annotations
-    // cannot say, applied to them all.
-    doc.merge(crate::routes::RestPaths::openapi());
+    // Every REST route; then what the annotations cannot say, applied to them all.
+    doc.merge(paths);
     for modifier in [&BearerAuth as &dyn Modify, &Contract] {
         modifier.modify(&mut doc);
     }
@@ -466,7 +467,8 @@ mod tests {
 
     #[test]
     fn the_document_states_what_the_annotations_cannot() {
-        let doc = serde_json::to_value(document("http://agentaddress.test")).expect("JSON");
+        let doc = serde_json::to_value(crate::openapi_document("http://agentaddress.test"))
+            .expect("JSON");
         let paths = doc["paths"].as_object().expect("paths");
         let mut operations = 0;
         for (path, item) in paths {

@@ -3,6 +3,7 @@
 //! (recorded with its `email.sent` event, then delivered by [`crate::outbound::deliver`]).
 //! Re-exported by `handlers`, so the route table names them like the others.
 
+use crate::error::ApiResult;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
@@ -15,20 +16,18 @@ use super::dto::{ErrorBody, EventRefView};
 use super::extract::*;
 use super::outbound::{clean_error, Outbound};
 use super::request::{parse_fields, Fields};
-use super::request_routes::expire_due;
 use super::{json_response, ApiError, AppState};
 use crate::domain::outbound::{
     self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email, CODE_VALID_MS,
 };
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress, Millis};
+use crate::handlers::person_requests::expire_due;
 use crate::relay::{Mail, RelayError};
 use crate::store::{
     CodeCheck, CodeIssued, CodeMailCap, ContactRecord, IdempotencyClaim, NewCode, NewEvent,
     NewSend, OutboundMessage, StoreError,
 };
-
-type ApiResult = Result<Response, ApiError>;
 
 /// The largest body of `POST {root}/email/contacts`.
 const CONTACT_BODY_LIMIT: u64 = 4 * 1024;

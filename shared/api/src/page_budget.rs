@@ -25,9 +25,11 @@ use axum::body::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::handlers::PAGE_MAX_BYTES;
 use crate::store::{Event, EventPage, StoreError};
 use crate::AppState;
+
+/// The byte cap of one page of events (docs/API.md §4).
+pub(crate) const PAGE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 
 const UNIT: u64 = 1024;
 

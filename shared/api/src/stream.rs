@@ -31,9 +31,10 @@ use tokio::time::Instant;
 
 use super::dto::{ErrorBody, EventView};
 use super::extract::{authenticate, parse_count, query_fields, Client};
+use super::handlers::events::{charge_poll, EXPIRY_RECHECK};
+use super::handlers::person_requests::expire_due;
 use super::page_budget;
 use super::request::{parse_fields, StreamParams};
-use super::request_routes::expire_due;
 use super::{ApiError, AppState};
 use crate::domain::Millis;
 use crate::store::{Event, StoreError};
@@ -46,9 +47,6 @@ pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 const HEARTBEAT_TEXT: &[u8] = b": keep-alive\n\n";
 /// Events read at once: the feed's largest page.
 const PAGE_EVENTS: usize = 100;
-/// How soon an expiry is checked again when the service's clock has not reached it at the
-/// moment the monotonic clock said it would (as the long poll does).
-const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
 
 /// How streams behave where they are served ([`AppState::streams`]). The defaults are the
 /// contract's; `serve` lowers them only through hidden flags, for tests.
@@ -102,7 +100,7 @@ pub async fn stream_events(
     let now = state.clock.now();
     let record = authenticate(&state, &headers, &address_id, now).await?;
     // One stream is one poll (docs/API.md §14), charged as `GET events` charges.
-    crate::handlers::charge_poll(&state, &address_id, now).await?;
+    charge_poll(&state, &address_id, now).await?;
     let params: StreamParams = parse_fields(query_fields(uri.query())?)?;
     let after = match last_event_id(&headers)? {
         Some(id) => id,

@@ -8,7 +8,8 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use crate::error::ErrorCode;
-use crate::openapi::{document, ERROR_CODES_EXTENSION, SKILL_MD};
+use crate::openapi::{ERROR_CODES_EXTENSION, SKILL_MD};
+use crate::openapi_document as document;
 
 const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
 

@@ -9,6 +9,7 @@
 
 mod home;
 mod llms;
+pub(crate) mod person_request;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -38,6 +39,20 @@ pub const SECURITY_HEADERS: [(&str, &str); 4] = [
     ("x-content-type-options", "nosniff"),
     ("x-frame-options", "DENY"),
 ];
+
+/// The headers of a person's page and its assets (docs/API.md §12): the pages' security
+/// headers, and never stored (the page's URL carries the request's secret).
+pub fn page_headers() -> impl Iterator<Item = (HeaderName, HeaderValue)> {
+    SECURITY_HEADERS
+        .iter()
+        .map(|(name, value)| {
+            (
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            )
+        })
+        .chain([(header::CACHE_CONTROL, HeaderValue::from_static("no-store"))])
+}
 
 const INBOX_HTML: &str = include_str!("assets/inbox.html");
 const INBOX_JS: &str = include_str!("assets/inbox.js");

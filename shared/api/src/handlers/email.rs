@@ -2,23 +2,22 @@
 //! message's attachments and raw bytes, and replaying it. Re-exported by `handlers`, so the
 //! route table names them like every other handler.
 
+use crate::error::ApiResult;
 use axum::body::Body;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::dto::{ErrorBody, EventRefView};
-use super::extract::*;
-use super::handlers::event_id_param;
-use super::request::ReplayEmailRequest;
-use super::{json_response, ApiError, AppState};
 use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
+use crate::dto::{ErrorBody, EventRefView};
+use crate::extract::*;
+use crate::handlers::event_id_param;
+use crate::request::ReplayEmailRequest;
 use crate::store::Download;
-
-type ApiResult = Result<Response, ApiError>;
+use crate::{json_response, ApiError, AppState};
 
 /// `POST /api/v1/email/inbound`: what happened to each recipient.
 #[derive(Debug, Serialize, ToSchema)]

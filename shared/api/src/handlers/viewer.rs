@@ -5,6 +5,7 @@
 //! no token in any URL. Re-exported by `handlers`, so the route table names them like the
 //! others.
 
+use crate::error::ApiResult;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::Response;
@@ -13,20 +14,18 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::dto::ErrorBody;
-use super::extract::*;
-use super::request::parse_fields;
-use super::request::Fields;
-use super::{json_response, ApiError, AppState};
 use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
 use crate::domain::viewer::{
     code_hash, is_code_shaped, new_viewer_code, open_token, seal_token, REDEEMS_PER_MINUTE,
     VIEWER_CODES_PER_MINUTE, VIEWER_CODE_VALID_MS,
 };
+use crate::dto::ErrorBody;
+use crate::extract::*;
+use crate::request::parse_fields;
+use crate::request::Fields;
 use crate::store::NewViewerCode;
-
-type ApiResult = Result<Response, ApiError>;
+use crate::{json_response, ApiError, AppState};
 
 /// The largest body of `POST /api/v1/viewer-codes/redeem`.
 const REDEEM_BODY_LIMIT: u64 = 1024;

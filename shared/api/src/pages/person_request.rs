@@ -13,12 +13,12 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd};
 use serde_json::{Map, Value};
 
-use super::request_routes::page_headers;
-use super::ApiError;
+use super::page_headers;
 use crate::domain::request::{CommentMode, RequestStatus, COMMENT_MAX_CHARS};
 use crate::domain::time::{format_rfc3339, format_utc_for_people};
 use crate::domain::Millis;
 use crate::store::RequestRecord;
+use crate::ApiError;
 
 /// Compared against when there is no request, so both paths hash and compare.
 pub const DUMMY_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -26,12 +26,12 @@ pub const DUMMY_HASH: &str = "00000000000000000000000000000000000000000000000000
 /// The page's stylesheet (`GET /r/page.css`): the inbox viewer's (docs/API.md §13), then the
 /// page's own rules.
 pub const PAGE_CSS: &str = concat!(
-    include_str!("pages/assets/inbox.css"),
-    include_str!("request_page.css")
+    include_str!("assets/inbox.css"),
+    include_str!("assets/request.css")
 );
 
 /// The page's script (`GET /r/page.js`): times in the reader's locale.
-pub const PAGE_JS: &str = include_str!("request_page.js");
+pub const PAGE_JS: &str = include_str!("assets/request.js");
 
 /// A moment as `<time datetime="…Z">`, its text UTC to the minute until the page's script puts
 /// it in the reader's locale and time zone.
@@ -364,7 +364,7 @@ mod tests {
         }
         assert!(PAGE_JS.contains("textContent") && PAGE_JS.contains("toLocaleString"));
         // The viewer's rules come first, then the page's own.
-        assert!(PAGE_CSS.starts_with(include_str!("pages/assets/inbox.css")));
+        assert!(PAGE_CSS.starts_with(include_str!("assets/inbox.css")));
     }
 
     #[test]

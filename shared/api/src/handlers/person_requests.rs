@@ -3,6 +3,7 @@
 //! `/r/{request_id}/{secret}` with its form. Re-exported by `handlers`, so the route table names
 //! them like the others.
 
+use crate::error::ApiResult;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -10,19 +11,17 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::dto::ErrorBody;
-use super::extract::*;
-use super::request::{parse_fields, AnswerRequestBody, CreateRequestBody};
-use super::request_page;
-use super::{json_response, ApiError, AppState};
 use crate::domain::request::{
     self, check_answer, RequestStatus, DEFAULT_OPTIONS, REQUEST_EXPIRES_DEFAULT_SECONDS,
 };
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Millis};
+use crate::dto::ErrorBody;
+use crate::extract::*;
+use crate::pages::{page_headers, person_request as request_page};
+use crate::request::{parse_fields, AnswerRequestBody, CreateRequestBody};
 use crate::store::{Answer, AnswerOutcome, IdempotencyClaim, NewRequest, RequestRecord};
-
-type ApiResult = Result<Response, ApiError>;
+use crate::{json_response, ApiError, AppState};
 
 /// The largest body of `POST {root}/requests`: a 20,000-character body of 4-byte characters,
 /// escaped, with room for the rest.
@@ -398,28 +397,6 @@ pub async fn answer_request(
         }
         (AnswerOutcome::Closed(_), false) => Ok(request_page::see_page(&request_id, &secret)),
     }
-}
-
-/// Headers of every page (docs/API.md §13).
-pub fn page_headers() -> [(header::HeaderName, HeaderValue); 5] {
-    [
-        (
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(
-                "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-            ),
-        ),
-        (
-            header::REFERRER_POLICY,
-            HeaderValue::from_static("no-referrer"),
-        ),
-        (
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-    ]
 }
 
 #[utoipa::path(

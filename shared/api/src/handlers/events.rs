@@ -1,0 +1,280 @@
+//! The feed (docs/API.md §4–§5): a page of events with long polling, one event, an ack.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use http::{header, HeaderMap, StatusCode, Uri};
+use tokio::time::Instant;
+
+use crate::domain::ids;
+use crate::domain::time::format_rfc3339;
+use crate::dto::*;
+use crate::error::ApiResult;
+use crate::extract::*;
+use crate::handlers::person_requests::expire_due;
+use crate::page_budget::{self, Charge, MEMORY_WAIT};
+use crate::request::*;
+use crate::{json_response, ApiError, AppState, JSON_CONTENT_TYPE};
+
+/// How soon a long poll checks a request's expiry again when the service's clock has not
+/// reached it at the moment the monotonic clock said it would.
+pub(crate) const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events", tag = "events",
+    params(
+        ("address_id" = String, Path),
+        FeedParams,
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = EventPageView),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 429, body = ErrorBody),
+    )
+)]
+pub async fn list_events(
+    State(state): State<AppState>,
+    PathParams(address_id): PathParams<String>,
+    Client(client): Client,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult {
+    let arrived = Instant::now();
+    let now = state.clock.now();
+    let record = authenticate(&state, &headers, &address_id, now).await?;
+    let limits = &state.config.limits;
+    charge_poll(&state, &address_id, now).await?;
+    let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
+    // Requests for a person that expired get their event before the feed is read, and a wait
+    // ends by the next expiry (docs/API.md §12).
+    expire_due(&state, &record, now).await?;
+    let next_expiry = record.next_request_expiry.filter(|t| *t > now);
+    // The request's headers and URI are not needed while waiting: a long poll holds only what
+    // it needs for its whole wait (the header map alone is about half a kilobyte).
+    drop((headers, uri));
+    let deadline = arrived + q.wait;
+    let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_expiry).await?;
+    let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
+    let events = page
+        .events
+        .iter()
+        .map(EventView::from_event)
+        .collect::<Result<Vec<_>, _>>()?;
+    let view = EventPageView {
+        events,
+        next_cursor,
+        has_more: page.has_more,
+    };
+    let Some(charge) = charge else {
+        return Ok(json_response(StatusCode::OK, &view));
+    };
+    let encoded = serde_json::to_vec(&view)
+        .map_err(|e| ApiError::Internal(format!("cannot encode a page: {e}")))?;
+    drop((view, page));
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            http::HeaderValue::from_static(JSON_CONTENT_TYPE),
+        )],
+        Body::from(charge.into_body(encoded)),
+    )
+        .into_response())
+}
+
+/// Counts one poll of address `id` against the poll rate limit (docs/API.md §6): a feed read
+/// and an event stream (§14) each count once, however long they wait.
+pub(crate) async fn charge_poll(
+    state: &AppState,
+    id: &str,
+    now: crate::domain::Millis,
+) -> Result<(), ApiError> {
+    let per_minute = state.config.limits.polls_per_minute;
+    match state
+        .store
+        .hit_rate_limit(&format!("poll:{id}"), per_minute, now)
+        .await?
+    {
+        Some(retry_after) => Err(ApiError::RateLimited { retry_after }),
+        None => Ok(()),
+    }
+}
+
+/// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,
+/// re-checks the last sequence with backoff) until `deadline` or shutdown. With a page budget
+/// (`serve`), each read is cut at what is free of the budget and of `client`'s share, which the
+/// returned charge holds; a waiting poll holds none, and a poll that finds no memory for the
+/// next event waits [`MEMORY_WAIT`] for it, then answers 503 `unavailable`
+/// (`crate::page_budget`).
+async fn long_poll(
+    state: &AppState,
+    client: &str,
+    address_id: &str,
+    q: &FeedQuery,
+    deadline: Instant,
+    request_expiry: Option<crate::domain::Millis>,
+) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
+    let store = &state.store;
+    // When to check the request expiry next (an instant of this process's monotonic clock).
+    let until = |expiry: crate::domain::Millis| {
+        Duration::from_millis(u64::try_from(expiry - state.clock.now()).unwrap_or(0))
+    };
+    let mut expiry_check = request_expiry.map(|e| Instant::now() + until(e));
+    let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
+    let mut shutdown = state.shutdown.clone();
+    let checks = state.config.poll_checks;
+    let mut backoff = checks.first;
+    // Whether the last check of the sequence failed (see below).
+    let mut hint_failed = false;
+    // Counted in `agentaddress_long_polls_open` from its first wait to its answer.
+    let mut waiting: Option<crate::metrics::Open> = None;
+    loop {
+        let memory_deadline = Instant::now() + MEMORY_WAIT;
+        let read =
+            page_budget::read_page(state, client, address_id, q.after, q.limit, memory_deadline);
+        let Some((page, charge)) = read.await? else {
+            return Err(ApiError::MemoryBusy);
+        };
+        if !page.events.is_empty() {
+            return Ok((page, charge));
+        }
+        drop(charge);
+        if Instant::now() >= deadline || *shutdown.borrow() {
+            return Ok((page, None));
+        }
+        // A request for a person expiring during the wait: its event ends the wait. The
+        // service's clock decides; checked again shortly if it is behind the monotonic one.
+        if let (Some(expiry), Some(at)) = (request_expiry, expiry_check) {
+            if at <= Instant::now() {
+                let now = state.clock.now();
+                if now >= expiry {
+                    expiry_check = None;
+                    if store
+                        .expire_requests(address_id, &state.config.limits, now)
+                        .await?
+                        > 0
+                    {
+                        continue;
+                    }
+                } else {
+                    expiry_check = Some(Instant::now() + until(expiry).min(EXPIRY_RECHECK));
+                }
+            }
+        }
+        let wake = expiry_check.map_or(deadline, |t| t.min(deadline));
+        waiting.get_or_insert_with(|| crate::metrics::Open::new(crate::metrics::LONG_POLLS_OPEN));
+        match &mut wakeups {
+            Some(rx) => {
+                tokio::select! {
+                    _ = rx.changed() => {}
+                    _ = tokio::time::sleep_until(wake) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+            None => loop {
+                if expiry_check.is_some_and(|t| t <= Instant::now()) {
+                    break;
+                }
+                let nap = backoff.min(wake.saturating_duration_since(Instant::now()));
+                tokio::select! {
+                    _ = tokio::time::sleep(nap) => {}
+                    _ = shutdown.changed() => break,
+                }
+                backoff = backoff.mul_f64(checks.growth).min(checks.max);
+                if Instant::now() >= deadline || *shutdown.borrow() {
+                    if hint_failed {
+                        // The last check said nothing: read the feed once more (the loop
+                        // above answers after it, errors included).
+                        break;
+                    }
+                    // Nothing was there at the last check: answer the empty page without
+                    // reading again (the client's next poll, from the same cursor, sees
+                    // anything that arrived since). Liveness was checked by that check.
+                    return Ok((page, None));
+                }
+                // A check is only a hint: a store that is briefly unavailable (throttled, a
+                // dropped answer) delays the next look, it does not fail the whole wait.
+                match store.feed_head_hint(address_id, state.clock.now()).await {
+                    Ok(head) if head > q.after => break,
+                    Ok(_) => hint_failed = false,
+                    Err(crate::store::StoreError::Unavailable(why)) => {
+                        tracing::debug!(%why, "long-poll check failed; checking again later");
+                        hint_failed = true;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            },
+        }
+    }
+}
+
+pub(crate) fn event_id_param(event_id: &str) -> Result<(), ApiError> {
+    if ids::is_valid_id(event_id) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            "Event ids are 1 to 64 characters of letters, digits, _ and -.",
+        ))
+    }
+}
+
+#[utoipa::path(
+    get, path = "/api/v1/addresses/{address_id}/events/{event_id}", tag = "events",
+    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, body = SingleEvent),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn get_event(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    let event = state.store.get_event(&address_id, &event_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &SingleEvent {
+            event: EventView::from_event(&event)?,
+        },
+    ))
+}
+
+#[utoipa::path(
+    post, path = "/api/v1/addresses/{address_id}/events/{event_id}/ack", tag = "events",
+    params(("address_id" = String, Path), ("event_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Acknowledged (again: the first time is kept)", body = AckResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn ack_event(
+    State(state): State<AppState>,
+    PathParams((address_id, event_id)): PathParams<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult {
+    let now = state.clock.now();
+    authenticate(&state, &headers, &address_id, now).await?;
+    event_id_param(&event_id)?;
+    let acked = state.store.ack_event(&address_id, &event_id, now).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        &AckResult {
+            event: AckedEventView {
+                id: acked.event.id,
+                sequence: acked.event.sequence,
+                acknowledged_at: format_rfc3339(acked.acknowledged_at),
+            },
+        },
+    ))
+}
