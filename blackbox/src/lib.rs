@@ -109,6 +109,22 @@ impl Address {
     }
 }
 
+/// A setting of the local Lambda stack, which `scripts/test` starts and passes in the environment
+/// (`AGENTADDRESS_LAMBDA_URL`, `…_TABLE`, `…_BUCKET`…). Without it, the test fails loudly: it
+/// never skips.
+pub fn stack_env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v.trim().to_owned(),
+        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
+    }
+}
+
+/// A client of the local Lambda stack's API ([`stack_env`] `AGENTADDRESS_LAMBDA_URL`, through
+/// its gateway: [`Client::behind_gateway`]).
+pub fn stack_client() -> Client {
+    Client::behind_gateway(&stack_env("AGENTADDRESS_LAMBDA_URL"))
+}
+
 impl Client {
     pub fn new(base: &str) -> Self {
         let http = reqwest::Client::builder()

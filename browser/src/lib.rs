@@ -156,19 +156,28 @@ impl Browser {
     /// Waits up to `within` until `script` (given `args`) returns a truthy value; returns it,
     /// or panics with `what`.
     pub async fn until(&self, within: Duration, what: &str, script: &str, args: &[Value]) -> Value {
+        match self.try_until(within, script, args).await {
+            Some(v) => v,
+            None => panic!(
+                "{what}: not within {within:?}; the page says: {}",
+                self.page_text().await
+            ),
+        }
+    }
+
+    /// [`Browser::until`], answering `None` when `within` passes.
+    pub async fn try_until(&self, within: Duration, script: &str, args: &[Value]) -> Option<Value> {
         let deadline = Instant::now() + within;
         loop {
             let v = self.js(script, args.to_vec()).await;
             let truthy =
                 !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
             if truthy {
-                return v;
+                return Some(v);
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {within:?}; the page says: {}",
-                self.page_text().await
-            );
+            if Instant::now() >= deadline {
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -8,9 +8,6 @@ use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::handle_purge_message;
 use agentaddress_dynamodb::AwsConfig;
 
-/// Purge steps per message before it is sent again (as the Lambda does).
-const STEPS_PER_MESSAGE: usize = 8;
-
 /// The deployment's table and purge queue (`--table`, `--purge-queue-url`, or their
 /// environment variables: the same as the functions'), and the service settings.
 #[derive(Debug, clap::Args)]
@@ -76,7 +73,14 @@ async fn work(args: PurgeArgs) -> ExitCode {
         };
         for m in messages {
             let body = m.body().unwrap_or("");
-            match handle_purge_message(&store, body, STEPS_PER_MESSAGE, SystemClock.now()).await {
+            match handle_purge_message(
+                &store,
+                body,
+                agentaddress_dynamodb::PURGE_STEPS_PER_MESSAGE,
+                SystemClock.now(),
+            )
+            .await
+            {
                 Ok(_) => {
                     if let Some(handle) = m.receipt_handle() {
                         if let Err(e) = sqs

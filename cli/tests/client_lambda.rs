@@ -10,12 +10,7 @@ mod client_harness;
 use client_harness::{workflow, Cli};
 
 fn lambda_url() -> String {
-    match std::env::var("AGENTADDRESS_LAMBDA_URL") {
-        Ok(v) if !v.trim().is_empty() => v.trim().to_owned(),
-        _ => panic!(
-            "AGENTADDRESS_LAMBDA_URL is not set: run scripts/test, which starts the local Lambda stack"
-        ),
-    }
+    agentaddress_blackbox::stack_env("AGENTADDRESS_LAMBDA_URL")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

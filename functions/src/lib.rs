@@ -12,7 +12,7 @@ use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;
 use agentaddress_dynamodb::{handle_purge_message, DynamoStore, MessageBucket, PurgeQueue};
-use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
 use lambda_runtime::LambdaEvent;
@@ -104,7 +104,14 @@ fn outbound_from_env(
     })))
 }
 
-/// The send queue: a recorded send is handed on as `{"address_id", "send_id"}`.
+/// A message of the send queue: a recorded send to attempt (docs/API.md §16).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SendMessage {
+    pub address_id: String,
+    pub send_id: String,
+}
+
+/// The send queue: a recorded send is handed on as a [`SendMessage`].
 pub struct SendQueue {
     pub client: aws_sdk_sqs::Client,
     pub queue_url: String,
@@ -117,7 +124,11 @@ impl Dispatch for SendQueue {
             .send_message()
             .queue_url(&self.queue_url)
             .message_body(
-                serde_json::json!({ "address_id": address_id, "send_id": send_id }).to_string(),
+                serde_json::to_string(&SendMessage {
+                    address_id: address_id.to_owned(),
+                    send_id: send_id.to_owned(),
+                })
+                .map_err(|e| format!("cannot encode a send message: {e}"))?,
             )
             .send()
             .await
@@ -269,6 +280,34 @@ pub async fn run_send() -> Result<(), Error> {
     .await
 }
 
+/// A message to hand back to its queue: reported failed (`ReportBatchItemFailures`), so it
+/// comes back when it is visible again, and goes to the dead-letter queue after the queue's
+/// most receives. Whoever returns it has logged why.
+#[derive(Debug)]
+pub struct Again;
+
+/// Handles each message of `batch` in turn with `handle`, and reports those it hands back
+/// ([`Again`]) as the batch's item failures, so that only they are received again. Every queue
+/// consumer (send, purge, email) is this loop around its own handler.
+pub async fn consume_batch<F, Fut>(batch: SqsEvent, mut handle: F) -> SqsBatchResponse
+where
+    F: FnMut(SqsMessage) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Again>>,
+{
+    let mut response = SqsBatchResponse::default();
+    for record in batch.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        // Boxed: each consumer's handler is a deep future of its own, and this keeps the
+        // batch's future small (and the compiler's layout queries shallow).
+        if Box::pin(handle(record)).await.is_err() {
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
+}
+
 /// Handles one SQS batch of the send queue.
 pub async fn send_batch(
     store: &DynamoStore,
@@ -277,26 +316,21 @@ pub async fn send_batch(
     limits: &agentaddress_core::domain::Limits,
     batch: SqsEvent,
 ) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    for record in batch.records {
-        let id = record.message_id.clone().unwrap_or_default();
+    consume_batch(batch, |record| async move {
+        let id = record.message_id.as_deref().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or("");
-        let parsed: Option<(String, String)> = serde_json::from_str::<serde_json::Value>(body)
-            .ok()
-            .and_then(|v| {
-                Some((
-                    v["address_id"].as_str()?.to_owned(),
-                    v["send_id"].as_str()?.to_owned(),
-                ))
-            });
-        let Some((address_id, send_id)) = parsed else {
+        let Ok(SendMessage {
+            address_id,
+            send_id,
+        }) = serde_json::from_str(body)
+        else {
             tracing::warn!(message_id = %id, "not a send message: dropped");
-            continue;
+            return Ok(());
         };
         let later = match consume_send(store, outbound, limits, &SystemClock, &address_id, &send_id)
             .await
         {
-            Ok(None) => continue,
+            Ok(None) => return Ok(()),
             Ok(Some(at)) => Some(at),
             Err(e) => {
                 tracing::warn!(message_id = %id, %send_id, error = %e, "send not handled; the message will be retried");
@@ -318,15 +352,12 @@ pub async fn send_batch(
                 tracing::warn!(message_id = %id, error = ?e, "cannot hide the message until its send is due");
             }
         }
-        let mut failure = BatchItemFailure::default();
-        failure.item_identifier = id;
-        response.batch_item_failures.push(failure);
-    }
-    response
+        Err(Again)
+    })
+    .await
 }
 
-/// How many purge steps (of up to 500 items) one message gets before it is sent again.
-pub const PURGE_STEPS_PER_MESSAGE: usize = 8;
+pub use agentaddress_dynamodb::PURGE_STEPS_PER_MESSAGE;
 
 /// The purge queue consumer: each message names a deleted address; failures are reported per
 /// message so only those are retried (and dead-lettered after five receives).
@@ -348,20 +379,18 @@ pub async fn run_purge() -> Result<(), Error> {
 
 /// Handles one SQS batch.
 pub async fn purge_batch(store: &DynamoStore, batch: SqsEvent) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    for record in batch.records {
-        let id = record.message_id.clone().unwrap_or_default();
+    consume_batch(batch, |record| async move {
         let body = record.body.as_deref().unwrap_or("");
-        if let Err(e) =
-            handle_purge_message(store, body, PURGE_STEPS_PER_MESSAGE, SystemClock.now()).await
-        {
-            tracing::warn!(message_id = %id, error = %e, "purge failed; the message will be retried");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    response
+        handle_purge_message(store, body, PURGE_STEPS_PER_MESSAGE, SystemClock.now())
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                let id = record.message_id.as_deref().unwrap_or_default();
+                tracing::warn!(message_id = %id, error = %e, "purge failed; the message will be retried");
+                Again
+            })
+    })
+    .await
 }
 
 /// The email queue consumer (docs/API.md §10, "On AWS"): each message is S3's notification of
@@ -391,18 +420,17 @@ pub async fn email_batch(
     config: &ApiConfig,
     batch: SqsEvent,
 ) -> SqsBatchResponse {
-    let mut response = SqsBatchResponse::default();
-    for record in batch.records {
-        let id = record.message_id.clone().unwrap_or_default();
+    consume_batch(batch, |record| async move {
         let body = record.body.as_deref().unwrap_or("");
-        if let Err(e) = email_message(store, config, body, SystemClock.now()).await {
-            tracing::warn!(message_id = %id, error = %e, "email not delivered; the message will be retried");
-            let mut failure = BatchItemFailure::default();
-            failure.item_identifier = id;
-            response.batch_item_failures.push(failure);
-        }
-    }
-    response
+        email_message(store, config, body, SystemClock.now())
+            .await
+            .map_err(|e| {
+                let id = record.message_id.as_deref().unwrap_or_default();
+                tracing::warn!(message_id = %id, error = %e, "email not delivered; the message will be retried");
+                Again
+            })
+    })
+    .await
 }
 
 /// One notification: every object it names is delivered (or refused for good) before it is

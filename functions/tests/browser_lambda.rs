@@ -9,12 +9,7 @@
 use agentaddress_blackbox::Client;
 use agentaddress_browser::scenarios::{self, Deployment};
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
 fn with_stack<'a>(client: &'a Client, secret: &'a str) -> Deployment<'a> {
     Deployment {

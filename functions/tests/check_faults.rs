@@ -12,15 +12,7 @@
 use agentaddress_blackbox::check::{self, Config};
 use serde_json::Value;
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "{name} is not set: run scripts/test, which starts the Lambda stack behind the \
-             fault proxy"
-        ),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
 async fn stats(proxy: &str) -> Value {
     let url = format!("{proxy}/__faultproxy/stats");

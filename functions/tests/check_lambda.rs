@@ -9,12 +9,7 @@
 
 use agentaddress_blackbox::check::{self, Config};
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checker_finds_no_anomaly_on_the_lambda_stack() {

@@ -14,16 +14,9 @@ use agentaddress_blackbox::email::{self, BoxFuture, Door, Kept, Mail, WebhookDoo
 use agentaddress_blackbox::{Address, Client, Resp};
 use serde_json::{json, Value};
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
-fn client() -> Client {
-    Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
-}
+use agentaddress_blackbox::stack_client as client;
 
 /// The address's events after 0, waiting up to `wait` seconds for one.
 async fn events(c: &Client, a: &Address, wait: u64) -> Vec<Value> {

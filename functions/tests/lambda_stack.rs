@@ -7,20 +7,13 @@
 
 use std::time::{Duration, Instant};
 
-use agentaddress_blackbox::{scenarios, Client};
+use agentaddress_blackbox::scenarios;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
-fn client() -> Client {
-    Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
-}
+use agentaddress_blackbox::stack_client as client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn agent_life() {

@@ -8,12 +8,7 @@
 use agentaddress_blackbox::{mcp, Client};
 
 fn base() -> String {
-    match std::env::var("AGENTADDRESS_LAMBDA_URL") {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!(
-            "AGENTADDRESS_LAMBDA_URL is not set: run scripts/test, which starts the local Lambda stack"
-        ),
-    }
+    agentaddress_blackbox::stack_env("AGENTADDRESS_LAMBDA_URL")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

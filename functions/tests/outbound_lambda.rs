@@ -14,16 +14,9 @@ use std::time::{Duration, Instant};
 use agentaddress_blackbox::{Address, Client, Resp};
 use serde_json::{json, Value};
 
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.is_empty() => v,
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_env as env;
 
-fn client() -> Client {
-    Client::behind_gateway(&env("AGENTADDRESS_LAMBDA_URL"))
-}
+use agentaddress_blackbox::stack_client as client;
 
 fn moto_url() -> String {
     std::env::var("AWS_ENDPOINT_URL_SES")

@@ -6,14 +6,8 @@
 //! fail loudly, never skip.
 
 use agentaddress_blackbox::requests;
-use agentaddress_blackbox::Client;
 
-fn client() -> Client {
-    match std::env::var("AGENTADDRESS_LAMBDA_URL") {
-        Ok(url) if !url.is_empty() => Client::behind_gateway(&url),
-        _ => panic!("AGENTADDRESS_LAMBDA_URL is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
+use agentaddress_blackbox::stack_client as client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_answers_while_the_agent_waits() {

@@ -6,14 +6,7 @@
 use agentaddress_blackbox::sockets::{self, Deployment};
 use agentaddress_blackbox::Client;
 
-fn client() -> Client {
-    match std::env::var("AGENTADDRESS_LAMBDA_URL") {
-        Ok(url) if !url.is_empty() => Client::behind_gateway(&url),
-        _ => panic!(
-            "AGENTADDRESS_LAMBDA_URL is not set: run scripts/test, which starts the local Lambda stack"
-        ),
-    }
-}
+use agentaddress_blackbox::stack_client as client;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_append_is_covered_by_a_notify_under_16_writers() {
@@ -51,8 +44,7 @@ async fn hostile_frames_never_crash_anything() {
 
 /// The Lambda stack's table, and a DynamoDB client for it.
 async fn stack_table() -> (String, aws_sdk_dynamodb::Client) {
-    let table = std::env::var("AGENTADDRESS_LAMBDA_TABLE")
-        .unwrap_or_else(|_| panic!("AGENTADDRESS_LAMBDA_TABLE is not set: run scripts/test"));
+    let table = agentaddress_blackbox::stack_env("AGENTADDRESS_LAMBDA_TABLE");
     let sdk = agentaddress_dynamodb::sdk_config().await;
     (table, aws_sdk_dynamodb::Client::new(&sdk))
 }

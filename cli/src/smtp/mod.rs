@@ -4,8 +4,8 @@
 //!
 //! "One client" is a [`ClientKey`]: an IPv4 address or an IPv6 /64 (docs/API.md §10).
 //!
-//! **Admission** ([`Caps`]): a connection over the total cap, or over the cap of its client,
-//! is answered `421 4.7.0` and closed.
+//! **Admission** ([`Caps`], counted as for HTTP by `transport`'s): a connection over the total
+//! cap, or over the cap of its client, is answered `421 4.7.0` and closed.
 //!
 //! **Sessions** ([`session`]): a command must arrive within the command timeout (`421 4.4.2`
 //! then close); a message must arrive whole within the DATA timeout, and meanwhile keep coming
@@ -30,9 +30,8 @@ mod line;
 mod session;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -47,13 +46,12 @@ use tokio::time::Instant;
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
+use crate::transport::{Caps, Refusal, MAX_REFUSING};
+
 /// How long, after the shutdown signal, sessions receiving or delivering a message may take to
 /// finish before they are cut (their client then sees the connection close without a `250`, and
 /// sends again).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
-
-/// Refusals (`421 4.7.0`) being written at once; past this a refused connection is just closed.
-const MAX_REFUSING: usize = 16;
 
 /// The SMTP flags of `agentaddress serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -264,18 +262,16 @@ impl SmtpServer {
                     limits_max_email_bytes,
                 )),
             }),
-            caps: Arc::new(Caps {
-                max_total: usize::try_from(args.smtp_max_connections).unwrap_or(usize::MAX),
-                max_per_ip: usize::try_from(args.smtp_max_connections_per_ip).unwrap_or(usize::MAX),
-                open: Mutex::new(Open::default()),
-                refusing: AtomicUsize::new(0),
-            }),
+            caps: Caps::new(
+                usize::try_from(args.smtp_max_connections).unwrap_or(usize::MAX),
+                usize::try_from(args.smtp_max_connections_per_ip).unwrap_or(usize::MAX),
+            ),
         }))
     }
 
     /// Descriptors the SMTP door may hold at most: its connections and its refusals.
     pub fn descriptors(&self) -> usize {
-        self.caps.max_total.saturating_add(MAX_REFUSING)
+        self.caps.max_total().saturating_add(MAX_REFUSING)
     }
 
     pub fn local_addr(&self) -> Result<SocketAddr, String> {
@@ -313,8 +309,12 @@ impl SmtpServer {
                     });
                 }
                 Err(why) => {
+                    let why = match why {
+                        Refusal::ServerFull => "too many connections",
+                        Refusal::ClientFull => "too many connections from this IP",
+                    };
                     tracing::info!(%peer, why, "SMTP connection refused");
-                    self.caps.refuse(stream);
+                    refuse(&self.caps, stream);
                 }
             }
         }
@@ -522,89 +522,29 @@ fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Open connections, for the caps.
-#[derive(Debug)]
-struct Caps {
-    max_total: usize,
-    /// 0: no per-IP cap.
-    max_per_ip: usize,
-    open: Mutex<Open>,
-    refusing: AtomicUsize,
-}
-
-#[derive(Debug, Default)]
-struct Open {
-    total: usize,
-    per_ip: HashMap<ClientKey, usize>,
-}
-
-/// A connection's place under the caps, given back when dropped.
-struct Slot {
-    caps: Arc<Caps>,
-    ip: ClientKey,
-}
-
-impl Caps {
-    fn admit(self: &Arc<Self>, ip: IpAddr) -> Result<Slot, &'static str> {
-        let ip = ClientKey::of(ip);
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if open.total >= self.max_total {
-            return Err("too many connections");
-        }
-        let mine = open.per_ip.get(&ip).copied().unwrap_or(0);
-        if self.max_per_ip > 0 && mine >= self.max_per_ip {
-            return Err("too many connections from this IP");
-        }
-        open.total += 1;
-        open.per_ip.insert(ip, mine + 1);
-        Ok(Slot {
-            caps: Arc::clone(self),
-            ip,
+/// Answers `421 4.7.0` and closes, in the background (a few at a time, [`MAX_REFUSING`]; past
+/// that the connection is just closed).
+fn refuse(caps: &Arc<Caps>, mut stream: TcpStream) {
+    let Some(refusing) = caps.refusing() else {
+        return;
+    };
+    agentaddress_core::metrics::smtp_refusal(421);
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            let _ = stream
+                .write_all(b"421 4.7.0 Too many connections, try again later\r\n")
+                .await;
+            let _ = stream.shutdown().await;
         })
-    }
-
-    /// Answers `421 4.7.0` and closes, in the background (a few at a time; past that the
-    /// connection is just closed).
-    fn refuse(self: &Arc<Self>, mut stream: TcpStream) {
-        if self.refusing.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSING {
-            self.refusing.fetch_sub(1, Ordering::AcqRel);
-            return;
-        }
-        agentaddress_core::metrics::smtp_refusal(421);
-        let caps = Arc::clone(self);
-        tokio::spawn(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                let _ = stream
-                    .write_all(b"421 4.7.0 Too many connections, try again later\r\n")
-                    .await;
-                let _ = stream.shutdown().await;
-            })
-            .await;
-            caps.refusing.fetch_sub(1, Ordering::AcqRel);
-        });
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut open = self
-            .caps
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.per_ip.get_mut(&self.ip) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.per_ip.remove(&self.ip);
-            }
-        }
-    }
+        .await;
+        drop(refusing);
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::IpAddr;
 
     fn client(last: u8) -> ClientKey {
         ClientKey::of(IpAddr::from([127, 0, 0, last]))

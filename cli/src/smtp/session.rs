@@ -57,7 +57,7 @@ use std::time::Duration;
 
 use agentaddress_core::domain::client::ClientKey;
 use agentaddress_email::{AuthResults, Inbound, Provider, Refusal};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -66,16 +66,13 @@ use tokio_rustls::TlsAcceptor;
 use super::command::{self, Command, Invalid, MailFrom};
 use super::line::{self, Data, DataReader, Line};
 use super::{Reservation, Shared};
+use crate::transport::{Lingering, LINGER};
 
 /// A connection, plain or TLS.
 pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 type Conn = BufReader<Box<dyn Io>>;
-
-/// How long a closing session keeps reading (and discarding) what the client still sends, so
-/// that its last reply is not lost to a reset (see `transport`'s lingering close).
-const LINGER: Duration = Duration::from_secs(2);
 
 /// The reply to a `DATA` without memory, or to a message that could not grow.
 const NO_MEMORY: &str = "452 4.3.1 Insufficient system resources, try again later";
@@ -192,14 +189,12 @@ pub async fn run(
     tracing::debug!(%peer, "SMTP session closed");
 }
 
-/// Shuts the sending side, then reads and discards until the client closes or [`LINGER`].
-async fn close(mut conn: Conn) {
-    let _ = tokio::time::timeout(LINGER, async {
-        let _ = conn.shutdown().await;
-        let mut scratch = [0u8; 4096];
-        while matches!(conn.read(&mut scratch).await, Ok(n) if n > 0) {}
-    })
-    .await;
+/// Closes with `transport`'s lingering close, so that the session's last reply is not lost to a
+/// reset: shuts the sending side, then reads and discards until the client closes, all within
+/// [`LINGER`] (the shutdown included).
+async fn close(conn: Conn) {
+    let mut conn = Lingering::new(conn);
+    let _ = tokio::time::timeout(LINGER, conn.shutdown()).await;
 }
 
 impl Session {

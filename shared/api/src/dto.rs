@@ -178,21 +178,11 @@ pub struct EventView {
     pub verification: Option<Box<RawValue>>,
 }
 
-/// The member of the stored `http` record (the store's `http` text) that holds the delivery's
-/// verification: stored with the event in the record it belongs to, so both stores keep it
-/// without a column of their own, and shown beside `http` by [`EventView`].
-const VERIFICATION_MEMBER: &str = "verification";
-
-/// The stored `http` record of a delivery with its verification (docs/API.md §15).
-pub fn http_record_with_verification(
-    http: &str,
-    verification: serde_json::Value,
-) -> Result<String, ApiError> {
-    let mut record: serde_json::Map<String, serde_json::Value> = serde_json::from_str(http)
-        .map_err(|e| ApiError::Internal(format!("http record does not parse: {e}")))?;
-    record.insert(VERIFICATION_MEMBER.into(), verification);
-    Ok(serde_json::Value::Object(record).to_string())
-}
+// The member of the stored `http` record (the store's `http` text) that holds the delivery's
+// verification (written by `domain::delivery`): stored with the event in the record it belongs
+// to, so both stores keep it without a column of their own, and shown beside `http` by
+// `EventView`.
+use envelope::VERIFICATION_MEMBER;
 
 /// A stored `http` record split into what the event shows as `http` and as `verification`.
 fn split_http(text: &str) -> Result<(Box<RawValue>, Option<Box<RawValue>>), ApiError> {

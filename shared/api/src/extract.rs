@@ -1,18 +1,30 @@
 //! Request parsing shared by the handlers: authentication, bodies, JSON, query strings, the
 //! public base URL and the client's IP. Every failure is an [`ApiError`], never a panic.
+//!
+//! What most handlers take first is an extractor here, whose rejection is the [`ApiError`] the
+//! handler answered before: [`Authenticated`] (the read token of the address in the path), the
+//! path parameters with a rule of their own ([`EventId`], [`StateKey`], [`RequestId`],
+//! [`AttachmentId`]), [`IdempotencyKey`] and [`JsonBody`]. axum runs a handler's extractors in
+//! the order of its parameters, a body extractor last: a handler lists them in the order its
+//! checks answer, which decides the error a request with several problems gets (the token
+//! first: docs/API.md §0, "Authentication first"). A handler that checks something else first
+//! (a rate limit, a capability URL) calls the same functions itself, in its own order.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::rejection::RawPathParamsRejection;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, RawPathParams, Request};
 use http::request::Parts;
 use http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 
 use super::request::{parse_fields, FeedParams, Fields, COUNT_MAX, FEED_LIMIT_MAX};
 use super::{ApiError, AppState};
+use crate::domain::state::validate_key;
 use crate::domain::{envelope::is_json_content_type, ids, Millis};
 use crate::store::AddressRecord;
 
@@ -97,6 +109,159 @@ pub fn base_url(state: &AppState, headers: &HeaderMap) -> String {
     format!("{scheme}://{host}")
 }
 
+/// The service's clock, read once for the request: handlers that have no [`Authenticated`]
+/// (which reads it) take their `now` from here.
+#[derive(Debug, Clone, Copy)]
+pub struct Now(pub Millis);
+
+impl FromRequestParts<AppState> for Now {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        Ok(Now(state.clock.now()))
+    }
+}
+
+/// When the request reached its handler (this process's monotonic clock), before the extractors
+/// that follow it: a long poll's `wait` counts from here (docs/API.md §4), not from after
+/// authentication.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrived(pub Instant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrived {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(_: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Arrived(Instant::now()))
+    }
+}
+
+/// The path parameter `name`, percent-decoded. A parameter that does not decode to UTF-8 is
+/// the 400 that [`PathParams`] answers (docs/API.md §T, "Request hygiene"); a route without the
+/// parameter is a bug of the route table (500).
+async fn path_param(parts: &mut Parts, name: &str) -> Result<String, ApiError> {
+    let params = RawPathParams::from_request_parts(parts, &())
+        .await
+        .map_err(|e| match e {
+            // As `Path` says it, through `PathParams`.
+            RawPathParamsRejection::InvalidUtf8InPathParam(e) => ApiError::invalid(format!(
+                "Bad path parameter: Invalid URL: {}",
+                e.body_text()
+            )),
+            other => ApiError::Internal(format!("no path parameters: {}", other.body_text())),
+        })?;
+    let value = params.iter().find(|(key, _)| *key == name);
+    value
+        .map(|(_, v)| v.to_owned())
+        .ok_or_else(|| ApiError::Internal(format!("the route has no `{name}` parameter")))
+}
+
+/// A request with the read token of the address of its path (`{address_id}`), checked by
+/// [`authenticate`] at `now`, the service's clock read once for the request: what every bearer
+/// route takes first (docs/API.md §0, "Authentication first").
+pub struct Authenticated {
+    pub address_id: String,
+    /// The address, as authentication read it.
+    pub address: AddressRecord,
+    pub now: Millis,
+}
+
+impl Authenticated {
+    /// Reads the clock and checks the bearer token of `address_id` among `headers`: for a
+    /// handler that checks something before authenticating (docs/API.md §14: a deployment
+    /// that cannot stream says so first).
+    pub async fn check(
+        state: &AppState,
+        headers: &HeaderMap,
+        address_id: String,
+    ) -> Result<Self, ApiError> {
+        let now = state.clock.now();
+        let address = authenticate(state, headers, &address_id, now).await?;
+        Ok(Self {
+            address_id,
+            address,
+            now,
+        })
+    }
+}
+
+impl FromRequestParts<AppState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let address_id = path_param(parts, "address_id").await?;
+        Self::check(state, &parts.headers, address_id).await
+    }
+}
+
+/// Declares an extractor of the path parameter `$name` that `$check` accepts.
+macro_rules! path_parameter {
+    ($(#[$doc:meta])* $ty:ident, $name:literal, $check:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $ty(pub String);
+
+        impl<S: Send + Sync> FromRequestParts<S> for $ty {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+                let value = path_param(parts, $name).await?;
+                let check: fn(&str) -> Result<(), ApiError> = $check;
+                check(&value)?;
+                Ok($ty(value))
+            }
+        }
+    };
+}
+
+path_parameter!(
+    /// `{event_id}` (docs/API.md §4, "Events"): 400 unless it has the shape of an id.
+    EventId,
+    "event_id",
+    |id| {
+        if ids::is_valid_id(id) {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                "Event ids are 1 to 64 characters of letters, digits, _ and -.",
+            ))
+        }
+    }
+);
+
+path_parameter!(
+    /// `{key}` of the state routes (docs/API.md §7): 400 unless it is a valid key.
+    StateKey,
+    "key",
+    |key| validate_key(key).map_err(|e| ApiError::invalid(format!("Bad state key: {e}.")))
+);
+
+path_parameter!(
+    /// `{request_id}` (docs/API.md §12): 404 unless it has the shape of an id.
+    RequestId,
+    "request_id",
+    |id| {
+        if ids::is_valid_id(id) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("No such request."))
+        }
+    }
+);
+
+path_parameter!(
+    /// `{attachment_id}` (docs/API.md §11): 404 unless it has the shape of an id.
+    AttachmentId,
+    "attachment_id",
+    |id| {
+        if ids::is_valid_id(id) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("No such attachment."))
+        }
+    }
+);
+
 /// Checks the bearer token of `address_id`: 401 for a missing or wrong token and for an unknown
 /// address alike; 410 for a deleted or expired address with the right token.
 pub async fn authenticate(
@@ -136,6 +301,18 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<Vec<u8>>, ApiError>
         ));
     }
     Ok(Some(bytes.to_vec()))
+}
+
+/// The `Idempotency-Key` header, as [`idempotency_key`] checks it.
+#[derive(Debug, Clone)]
+pub struct IdempotencyKey(pub Option<Vec<u8>>);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        idempotency_key(&parts.headers).map(IdempotencyKey)
+    }
 }
 
 /// Compared against when the address is unknown, so both paths hash and compare.
@@ -304,6 +481,73 @@ pub fn json_body<T: Fields>(body: &[u8]) -> Result<T, ApiError> {
     parse_fields(json_object(body)?)
 }
 
+/// How a JSON request body parses: a request struct of [`Fields`] with [`json_body`] (its
+/// fields in their declared order); another type its own way.
+pub trait ParseBody: Sized {
+    fn parse_body(body: &[u8]) -> Result<Self, ApiError>;
+}
+
+impl<T: Fields> ParseBody for T {
+    fn parse_body(body: &[u8]) -> Result<Self, ApiError> {
+        json_body(body)
+    }
+}
+
+/// A JSON request body: how much of it is read and when its content type is checked.
+/// Implemented next to the handler that takes it.
+pub trait JsonRequest: ParseBody {
+    /// The largest body read: a larger one is 413 `payload_too_large`.
+    fn limit(state: &AppState) -> u64;
+
+    /// Whether a content type that is not JSON is refused (415) before the body is read, so
+    /// before a body over the limit (413); by default the body is read first.
+    const CONTENT_TYPE_FIRST: bool = false;
+
+    /// What an empty or all-whitespace body stands for, when the route takes none (the content
+    /// type is then not checked); by default such a body is parsed, and refused, like any other.
+    fn when_blank() -> Option<Self> {
+        None
+    }
+}
+
+/// A JSON request body ([`JsonRequest`]), parsed, and the bytes it was parsed from (an
+/// idempotency claim hashes them, docs/API.md §3): read within its limit, with a JSON content
+/// type (or none), each refusal as its handler answered it before.
+#[derive(Debug)]
+pub struct JsonBody<T> {
+    pub value: T,
+    pub bytes: Bytes,
+}
+
+impl<T: JsonRequest> JsonBody<T> {
+    /// Reads and parses `body`: for a handler that checks something before (a rate limit).
+    pub async fn read(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Self, ApiError> {
+        if T::CONTENT_TYPE_FIRST {
+            require_json_content_type(headers)?;
+        }
+        let bytes = read_body(headers, body, T::limit(state), "request body").await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            if let Some(value) = T::when_blank() {
+                return Ok(Self { value, bytes });
+            }
+        }
+        if !T::CONTENT_TYPE_FIRST {
+            require_json_content_type(headers)?;
+        }
+        let value = T::parse_body(&bytes)?;
+        Ok(Self { value, bytes })
+    }
+}
+
+impl<T: JsonRequest + Send> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let (parts, body) = req.into_parts();
+        Self::read(state, &parts.headers, body).await
+    }
+}
+
 /// A non-negative decimal integer without sign or spaces that fits in `i64`.
 pub fn parse_count(s: &str) -> Option<u64> {
     if s.is_empty() || s.len() > 19 || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -382,6 +626,37 @@ pub fn expected_revision(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A path parameter that does not decode is the same 400 through [`path_param`] (the
+    /// extractors of this module) as through [`PathParams`].
+    #[tokio::test]
+    async fn undecodable_path_parameters_answer_as_path_params_does() {
+        use axum::routing::get;
+        use tower::ServiceExt;
+
+        async fn answer(router: axum::Router, uri: &str) -> (http::StatusCode, Bytes) {
+            let request = http::Request::get(uri)
+                .body(Body::empty())
+                .expect("request");
+            let response = router.oneshot(request).await.expect("infallible");
+            let status = response.status();
+            let body = response.into_body().collect().await.expect("body");
+            (status, body.to_bytes())
+        }
+        let typed = axum::Router::new().route(
+            "/{event_id}",
+            get(|PathParams(_): PathParams<String>| async { "ok" }),
+        );
+        let ours = axum::Router::new().route("/{event_id}", get(|_: EventId| async { "ok" }));
+        let expected = answer(typed, "/%FF").await;
+        assert_eq!(expected.0, http::StatusCode::BAD_REQUEST);
+        assert!(
+            String::from_utf8_lossy(&expected.1).contains("Invalid UTF-8 in `event_id`"),
+            "{expected:?}"
+        );
+        assert_eq!(answer(ours.clone(), "/%FF").await, expected);
+        assert_eq!(answer(ours, "/e_1").await.0, http::StatusCode::OK);
+    }
 
     #[test]
     fn counts() {

@@ -3,11 +3,13 @@
 //! (recorded with its `email.sent` event, then delivered by [`crate::outbound::deliver`]).
 //! Re-exported by `handlers`, so the route table names them like the others.
 
+use std::sync::Arc;
+
 use crate::error::ApiResult;
-use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::response::Response;
-use http::{HeaderMap, StatusCode};
+use http::request::Parts;
+use http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -15,7 +17,7 @@ use utoipa::ToSchema;
 use super::dto::{ErrorBody, EventRefView};
 use super::extract::*;
 use super::outbound::{clean_error, Outbound};
-use super::request::{parse_fields, Fields};
+use super::request::Fields;
 use super::{json_response, ApiError, AppState};
 use crate::domain::outbound::{
     self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email, CODE_VALID_MS,
@@ -28,12 +30,6 @@ use crate::store::{
     CodeCheck, CodeIssued, CodeMailCap, ContactRecord, IdempotencyClaim, NewCode, NewEvent,
     NewSend, OutboundMessage, StoreError,
 };
-
-/// The largest body of `POST {root}/email/contacts`.
-const CONTACT_BODY_LIMIT: u64 = 4 * 1024;
-/// The largest body of `POST {root}/email/send`: a 10,000-byte text of escaped characters,
-/// with room for the rest.
-const SEND_BODY_LIMIT: u64 = 64 * 1024;
 
 /// A contact (docs/API.md §16).
 #[derive(Debug, Serialize, ToSchema)]
@@ -88,6 +84,13 @@ pub struct ContactBody {
 
 impl Fields for ContactBody {}
 
+impl JsonRequest for ContactBody {
+    /// The largest body of `POST {root}/email/contacts`.
+    fn limit(_: &AppState) -> u64 {
+        4 * 1024
+    }
+}
+
 /// Body of `POST {root}/email/send`.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct SendBody {
@@ -107,6 +110,14 @@ pub struct SendBody {
 }
 
 impl Fields for SendBody {}
+
+impl JsonRequest for SendBody {
+    /// The largest body of `POST {root}/email/send`: a 10,000-byte text of escaped characters,
+    /// with room for the rest.
+    fn limit(_: &AppState) -> u64 {
+        64 * 1024
+    }
+}
 
 fn contact_email<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s = String::deserialize(d)?;
@@ -148,11 +159,37 @@ pub struct SendAccepted {
     pub duplicate: bool,
 }
 
-fn configured(state: &AppState) -> Result<&Outbound, ApiError> {
-    state
-        .outbound
-        .as_deref()
-        .ok_or(ApiError::OutboundNotConfigured)
+/// This deployment's sender and relay: 503 `outbound_not_configured` without them (docs/API.md
+/// §16), after authentication and before the body.
+pub struct Sender(pub Arc<Outbound>);
+
+impl FromRequestParts<AppState> for Sender {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(_: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state
+            .outbound
+            .clone()
+            .map(Sender)
+            .ok_or(ApiError::OutboundNotConfigured)
+    }
+}
+
+/// The `Idempotency-Key` of `POST {root}/email/send`, which requires one (docs/API.md §16).
+pub struct SendKey(pub Vec<u8>);
+
+impl<S: Send + Sync> FromRequestParts<S> for SendKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let key = idempotency_key(&parts.headers)?.ok_or_else(|| {
+            ApiError::invalid(
+                "POST …/email/send needs an Idempotency-Key header (1 to 255 printable ASCII \
+                 characters): a retry with the same key is never sent twice.",
+            )
+        })?;
+        Ok(SendKey(key))
+    }
 }
 
 fn contact_not_found(e: StoreError) -> ApiError {
@@ -198,11 +235,10 @@ fn contact_not_found(e: StoreError) -> ApiError {
 )]
 pub async fn list_contacts(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     let contacts = state.store.list_contacts(&address_id, now).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -230,17 +266,18 @@ pub async fn list_contacts(
 )]
 pub async fn add_contact(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
     Client(client): Client,
-    headers: HeaderMap,
-    body: Body,
+    Sender(outbound): Sender,
+    JsonBody {
+        value: ContactBody { email, code },
+        ..
+    }: JsonBody<ContactBody>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let address = authenticate(&state, &headers, &address_id, now).await?;
-    let outbound = configured(&state)?;
-    let bytes = read_body(&headers, body, CONTACT_BODY_LIMIT, "request body").await?;
-    require_json_content_type(&headers)?;
-    let ContactBody { email, code } = parse_fields::<ContactBody>(json_object(&bytes)?)?;
     if let Some(code) = code {
         let hash = code_hash(&address_id, &email, &code);
         let checked = state
@@ -283,7 +320,7 @@ pub async fn add_contact(
         CodeIssued::Issued(c) => c,
     };
     let per_day = state.config.limits.code_mails_per_recipient_per_day;
-    let mail = code_mail(outbound, &address.email, &email, &code, per_day, now);
+    let mail = code_mail(&outbound, &address.email, &email, &code, per_day, now);
     match outbound.relay.send(&mail).await {
         Ok(()) => {
             tracing::info!(%address_id, "contact code mailed");
@@ -371,27 +408,21 @@ fn code_mail(
 )]
 pub async fn send_email(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
-    body: Body,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
+    Sender(outbound): Sender,
+    SendKey(key): SendKey,
+    JsonBody { value, bytes }: JsonBody<SendBody>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let address = authenticate(&state, &headers, &address_id, now).await?;
-    let outbound = configured(&state)?;
-    let key = idempotency_key(&headers)?.ok_or_else(|| {
-        ApiError::invalid(
-            "POST …/email/send needs an Idempotency-Key header (1 to 255 printable ASCII \
-             characters): a retry with the same key is never sent twice.",
-        )
-    })?;
-    let bytes = read_body(&headers, body, SEND_BODY_LIMIT, "request body").await?;
-    require_json_content_type(&headers)?;
     let SendBody {
         to,
         subject,
         text,
         reply_to_event_id,
-    } = parse_fields::<SendBody>(json_object(&bytes)?)?;
+    } = value;
     expire_due(&state, &address, now).await?;
     let (subject, in_reply_to, references) = match reply_to_event_id {
         None => (subject, None, Vec::new()),

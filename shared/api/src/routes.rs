@@ -1,9 +1,9 @@
 //! Every route of the HTTP API, declared once: the table at the end of this file names, for each
 //! route group (one Lambda function each), the handlers it serves. A handler's method and path
 //! are those of its `#[utoipa::path]` annotation, so the router ([`crate::router_for`]), the
-//! OpenAPI document's paths ([`RestPaths`]), [`RouteGroup::endpoints`] and the deployment checks
-//! (`template.yaml` and the `cargo lambda watch` router are tested against `endpoints`) all read
-//! the same declaration.
+//! OpenAPI document's paths ([`RestPaths`]), [`RouteGroup::endpoints`] and the deployment's
+//! copies (`template.yaml`'s API events and the `cargo lambda watch` router, written from
+//! `endpoints` by `cargo xtask routes` and tested against it) all read the same declaration.
 //!
 //! Each group's table is a `static` of its own ([`groups`]): a Lambda function names only its
 //! own group, so it links only that group's handlers. The `service` function, which answers
@@ -77,25 +77,6 @@ impl RouteGroup {
         RouteGroup::Requests,
         RouteGroup::Outbound,
     ];
-
-    /// The groups a Lambda function serves (`template.yaml` has one function for each).
-    pub const LAMBDA: [RouteGroup; 10] = [
-        RouteGroup::CreateAddress,
-        RouteGroup::Address,
-        RouteGroup::Inbox,
-        RouteGroup::Events,
-        RouteGroup::State,
-        RouteGroup::Service,
-        RouteGroup::Mcp,
-        RouteGroup::Email,
-        RouteGroup::Requests,
-        RouteGroup::Outbound,
-    ];
-
-    /// Whether a Lambda function serves this group (else only `agentaddress serve` does).
-    pub fn on_lambda(self) -> bool {
-        Self::LAMBDA.contains(&self)
-    }
 
     /// This group's routes (links every group's handlers: a Lambda function names its own
     /// `static` in [`groups`] instead).
@@ -249,12 +230,7 @@ pub(crate) fn add_shapes(
     for shape in shapes {
         let (method, path) = (shape.method(), shape.path());
         if !served.iter().any(|(m, p)| *m == method && *p == path) {
-            let answer = if shape.group.on_lambda() {
-                axum::routing::on(shape.filter(), not_served_here)
-            } else {
-                axum::routing::on(shape.filter(), not_deployed)
-            };
-            router = router.route(&path, answer);
+            router = router.route(&path, axum::routing::on(shape.filter(), not_served_here));
         }
     }
     router
@@ -262,13 +238,6 @@ pub(crate) fn add_shapes(
 
 async fn not_served_here() -> ApiError {
     ApiError::Internal("a route reached a Lambda function that does not serve it".into())
-}
-
-/// A route of a group no Lambda function serves yet ([`RouteGroup::on_lambda`]).
-async fn not_deployed() -> ApiError {
-    ApiError::NotSupported(
-        "This deployment does not serve this route yet; `agentaddress serve` does.".into(),
-    )
 }
 
 /// Declares the groups: for each, its `static` in [`groups`], its function's name and its

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dto::{ErrorBody, EventView};
-use super::extract::{authenticate, parse_count, query_fields, Client};
+use super::extract::{parse_count, query_fields, Authenticated, Client, PathParams};
 use super::handlers::events::{charge_poll, EXPIRY_RECHECK};
 use super::handlers::person_requests::expire_due;
 use super::page_budget;
@@ -85,7 +85,7 @@ impl Default for StreamSettings {
 )]
 pub async fn stream_events(
     State(state): State<AppState>,
-    crate::extract::PathParams(address_id): crate::extract::PathParams<String>,
+    PathParams(address_id): PathParams<String>,
     Client(client): Client,
     headers: HeaderMap,
     uri: Uri,
@@ -97,8 +97,12 @@ pub async fn stream_events(
                 .into(),
         ));
     };
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
+    // Authenticated after the check above, not as an extractor (module docs).
+    let Authenticated {
+        address_id,
+        address: record,
+        now,
+    } = Authenticated::check(&state, &headers, address_id).await?;
     // One stream is one poll (docs/API.md §14), charged as `GET events` charges.
     charge_poll(&state, &address_id, now).await?;
     let params: StreamParams = parse_fields(query_fields(uri.query())?)?;

@@ -73,8 +73,9 @@
 //! - `purge`: purging deleted addresses (queue, step, message handler);
 //! - `rate_limit`: rate-limit counters;
 //! - `requests`: requests for a person (docs/API.md §12): creation, reads, answers, expiry;
-//! - `outbound`: outbound email (docs/API.md §16): contacts and their codes, sends recorded
-//!   with their `email.sent` event, claimed and finished (the send queue drives deliveries);
+//! - `contacts`: outbound email's contacts and their codes (docs/API.md §16); `sends`: its
+//!   sends, recorded with their `email.sent` event, claimed and finished (the send queue
+//!   drives deliveries); `cond_update`: the conditional `UpdateItem` both use;
 //! - `email`: inbound email (append with its object, reads by event and by `email_id`);
 //!   `bucket`: the email bucket's objects (S3);
 //! - `viewer`: the inbox viewer's one-time sign-in codes (docs/API.md §13);
@@ -90,17 +91,19 @@ mod addresses;
 mod append;
 pub mod bucket;
 mod capacity;
+mod cond_update;
 mod config;
+mod contacts;
 mod email;
 mod events;
 mod http;
 mod item;
-mod outbound;
 mod poster;
 mod purge;
 mod rate_limit;
 mod requests;
 mod retry;
+mod sends;
 mod sockets;
 mod state;
 mod viewer;
@@ -116,12 +119,12 @@ pub use http::sdk_http_client;
 use item::*;
 pub use item::{split_utf8, CHUNK_BYTES};
 pub use poster::ApiGatewayPoster;
-pub use purge::{handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue};
-pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
-pub use sockets::{
-    ConnectionPoster, PostError, Subscribed, MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS,
-    SUBSCRIPTION_LIFETIME,
+pub use purge::{
+    handle_purge_message, PurgeMessage, PurgeProgress, PurgeQueue, SqsPurgeQueue,
+    PURGE_STEPS_PER_MESSAGE,
 };
+pub use retry::{client_config, SDK_INITIAL_BACKOFF, SDK_MAX_ATTEMPTS, SDK_MAX_BACKOFF};
+pub use sockets::{ConnectionPoster, PostError, Subscribed, SUBSCRIPTION_LIFETIME};
 
 use std::collections::HashMap;
 use std::sync::Arc;

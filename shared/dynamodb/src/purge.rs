@@ -48,6 +48,10 @@ impl PurgeQueue for SqsPurgeQueue {
 }
 
 /// The longest delay SQS gives a message (its `DelaySeconds`: 15 minutes).
+/// How many purge steps (of up to 500 items) one message gets before it is sent again: the
+/// `purge` function and `agentaddress purge-worker` alike.
+pub const PURGE_STEPS_PER_MESSAGE: usize = 8;
+
 pub const MAX_QUEUE_DELAY: Duration = Duration::from_secs(900);
 
 /// What one purge step did.

@@ -44,15 +44,12 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::capacity::Tally;
-use crate::domain::Millis;
+use crate::domain::{socket, Millis};
 use crate::item::*;
 use crate::store::{StoreError, StoreResult};
 use crate::DynamoStore;
 
-/// Sockets subscribed to one address at once.
-pub const MAX_SOCKETS_PER_ADDRESS: usize = 20;
-/// Addresses one socket may subscribe to.
-pub const MAX_SUBSCRIPTIONS: usize = 20;
+use crate::domain::socket::{MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS};
 /// Tries of one subscribe that loses races with others (each round one of them commits).
 const SUBSCRIBE_ROUNDS: u32 = MAX_SOCKETS_PER_ADDRESS as u32 + 8;
 /// How long past its connection's start a subscription is kept at most: API Gateway closes every
@@ -359,8 +356,8 @@ impl DynamoStore {
             return;
         }
         let frame = match last_sequence {
-            Some(seq) => serde_json::json!({"type": "notify", "address_id": address_id, "last_sequence": seq}),
-            None => serde_json::json!({"type": "gone", "address_id": address_id}),
+            Some(seq) => socket::notify(address_id, seq),
+            None => socket::gone(address_id),
         }
         .to_string();
         let posts = subscribers.iter().map(|conn| {

@@ -18,8 +18,19 @@ use crate::store::{NewAddress, StoreError};
 use crate::{json_response, ApiError, AppState};
 
 const CREATE_ATTEMPTS: u32 = 3;
-/// The largest create-address body we read.
-const CREATE_BODY_LIMIT: u64 = 16 * 1024;
+
+impl JsonRequest for CreateAddressRequest {
+    /// The largest create-address body we read.
+    fn limit(_: &AppState) -> u64 {
+        16 * 1024
+    }
+
+    /// An absent or blank body is the same as `{}` (docs/API.md §1, "Create"), whatever its
+    /// content type.
+    fn when_blank() -> Option<Self> {
+        Some(Self::default())
+    }
+}
 
 fn root_url(base: &str, address_id: &str) -> String {
     format!("{base}/api/v1/addresses/{address_id}")
@@ -34,8 +45,12 @@ fn root_url(base: &str, address_id: &str) -> String {
         (status = 415, body = ErrorBody), (status = 429, body = ErrorBody),
     )
 )]
-pub async fn create_address(State(state): State<AppState>, parts: Parts, body: Body) -> ApiResult {
-    let now = state.clock.now();
+pub async fn create_address(
+    State(state): State<AppState>,
+    Now(now): Now,
+    parts: Parts,
+    body: Body,
+) -> ApiResult {
     let limits = &state.config.limits;
     // One client is an IPv4 address or an IPv6 /64 (docs/API.md §6).
     let ip = client_key(&parts);
@@ -46,19 +61,14 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
     {
         return Err(ApiError::RateLimited { retry_after });
     }
-    let bytes = read_body(&parts.headers, body, CREATE_BODY_LIMIT, "request body").await?;
-    let request = if bytes.iter().all(u8::is_ascii_whitespace) {
-        CreateAddressRequest::default()
-    } else {
-        require_json_content_type(&parts.headers)?;
-        json_body::<CreateAddressRequest>(&bytes)?
-    };
+    // After the rate limit: the body is read only for a client within it.
+    let body = JsonBody::<CreateAddressRequest>::read(&state, &parts.headers, body).await?;
     let CreateAddressRequest {
         name,
         task_id,
         expires_in_seconds: expires_in,
         verification,
-    } = request;
+    } = body.value;
 
     let read_token = ids::new_read_token();
     let inbox_secret = ids::new_inbox_secret();
@@ -126,11 +136,13 @@ pub async fn create_address(State(state): State<AppState>, parts: Parts, body: B
 )]
 pub async fn inspect_address(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
     headers: HeaderMap,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
     let usage = state
         .store
         .usage(&address_id, &state.config.limits, now)
@@ -140,7 +152,7 @@ pub async fn inspect_address(
     Ok(json_response(
         StatusCode::OK,
         &AddressDetails {
-            address: AddressView::from(&record),
+            address: AddressView::from(&address),
             usage: usage.into(),
             limits: state.config.limits.clone(),
             endpoints: ReadEndpoints {
@@ -163,18 +175,27 @@ pub async fn inspect_address(
 )]
 pub async fn delete_address(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     state.store.delete_address(&address_id, now).await?;
     tracing::info!(%address_id, "address deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// The largest `PUT {root}/verification` body read.
-const VERIFICATION_BODY_LIMIT: u64 = 16 * 1024;
+impl JsonRequest for VerificationRequest {
+    /// The largest `PUT {root}/verification` body read.
+    fn limit(_: &AppState) -> u64 {
+        16 * 1024
+    }
+}
+
+impl ParseBody for VerificationRequest {
+    fn parse_body(body: &[u8]) -> Result<Self, ApiError> {
+        VerificationRequest::parse(body).map(VerificationRequest)
+    }
+}
 
 #[utoipa::path(
     put, path = "/api/v1/addresses/{address_id}/verification", tag = "addresses",
@@ -190,15 +211,14 @@ const VERIFICATION_BODY_LIMIT: u64 = 16 * 1024;
 )]
 pub async fn set_verification(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
-    body: Body,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    JsonBody {
+        value: VerificationRequest(config),
+        ..
+    }: JsonBody<VerificationRequest>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    let bytes = read_body(&headers, body, VERIFICATION_BODY_LIMIT, "request body").await?;
-    require_json_content_type(&headers)?;
-    let config = VerificationRequest::parse(&bytes)?;
     let view = config.view();
     state
         .store
@@ -222,11 +242,10 @@ pub async fn set_verification(
 )]
 pub async fn delete_verification(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     state.store.set_verification(&address_id, None, now).await?;
     tracing::info!(%address_id, "verification removed");
     Ok(StatusCode::NO_CONTENT.into_response())

@@ -14,7 +14,6 @@ use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
 use crate::dto::{ErrorBody, EventRefView};
 use crate::extract::*;
-use crate::handlers::event_id_param;
 use crate::request::ReplayEmailRequest;
 use crate::store::Download;
 use crate::{json_response, ApiError, AppState};
@@ -137,11 +136,11 @@ fn inbound_query(uri: &Uri, max_recipients: u64) -> Result<(Vec<String>, String)
 )]
 pub async fn inbound_email(
     State(state): State<AppState>,
+    Now(now): Now,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let now = state.clock.now();
     let Some(secret_hash) = state.config.email_ingest_secret_hash.as_deref() else {
         return Err(ApiError::not_found(
             "Inbound email over HTTP is not enabled on this server (it needs an ingest secret).",
@@ -310,14 +309,6 @@ fn safe_content_type(declared: &str) -> String {
     }
 }
 
-fn attachment_id_param(attachment_id: &str) -> Result<(), ApiError> {
-    if ids::is_valid_id(attachment_id) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found("No such attachment."))
-    }
-}
-
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/events/{event_id}/attachments/{attachment_id}",
     tag = "email",
@@ -334,14 +325,13 @@ fn attachment_id_param(attachment_id: &str) -> Result<(), ApiError> {
 )]
 pub async fn get_attachment(
     State(state): State<AppState>,
-    PathParams((address_id, event_id, attachment_id)): PathParams<(String, String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    EventId(event_id): EventId,
+    AttachmentId(attachment_id): AttachmentId,
     uri: Uri,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    event_id_param(&event_id)?;
-    attachment_id_param(&attachment_id)?;
     let redirect = redirect_param(&uri)?;
     let stored = state
         .store
@@ -382,13 +372,12 @@ pub async fn get_attachment(
 )]
 pub async fn get_raw_email(
     State(state): State<AppState>,
-    PathParams((address_id, event_id)): PathParams<(String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    EventId(event_id): EventId,
     uri: Uri,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    event_id_param(&event_id)?;
     let redirect = redirect_param(&uri)?;
     let stored = state
         .store
@@ -406,6 +395,15 @@ pub async fn get_raw_email(
     .await
 }
 
+impl JsonRequest for ReplayEmailRequest {
+    /// The largest body of `POST {root}/email/replay`.
+    fn limit(_: &AppState) -> u64 {
+        4096
+    }
+
+    const CONTENT_TYPE_FIRST: bool = true;
+}
+
 #[utoipa::path(
     post, path = "/api/v1/addresses/{address_id}/email/replay", tag = "email",
     params(("address_id" = String, Path)),
@@ -421,15 +419,11 @@ pub async fn get_raw_email(
 )]
 pub async fn replay_email(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
-    body: Body,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    JsonBody { value: request, .. }: JsonBody<ReplayEmailRequest>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    require_json_content_type(&headers)?;
-    let bytes = read_body(&headers, body, 4096, "request body").await?;
-    let request = json_body::<ReplayEmailRequest>(&bytes)?;
     // A stored message always has its event (they commit together): replaying answers it.
     match state
         .store

@@ -5,10 +5,9 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::IntoResponse;
-use http::{header, HeaderMap, StatusCode, Uri};
+use http::{header, StatusCode, Uri};
 use tokio::time::Instant;
 
-use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
 use crate::dto::*;
 use crate::error::ApiResult;
@@ -37,24 +36,25 @@ pub(crate) const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
 )]
 pub async fn list_events(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
+    Arrived(arrived): Arrived,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
     Client(client): Client,
-    headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult {
-    let arrived = Instant::now();
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
     let limits = &state.config.limits;
     charge_poll(&state, &address_id, now).await?;
     let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
     // Requests for a person that expired get their event before the feed is read, and a wait
     // ends by the next expiry (docs/API.md §12).
-    expire_due(&state, &record, now).await?;
-    let next_expiry = record.next_request_expiry.filter(|t| *t > now);
-    // The request's headers and URI are not needed while waiting: a long poll holds only what
-    // it needs for its whole wait (the header map alone is about half a kilobyte).
-    drop((headers, uri));
+    expire_due(&state, &address, now).await?;
+    let next_expiry = address.next_request_expiry.filter(|t| *t > now);
+    // The request's URI and the address are not needed while waiting: a long poll holds only
+    // what it needs for its whole wait.
+    drop((uri, address));
     let deadline = arrived + q.wait;
     let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_expiry).await?;
     let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
@@ -211,16 +211,6 @@ async fn long_poll(
     }
 }
 
-pub(crate) fn event_id_param(event_id: &str) -> Result<(), ApiError> {
-    if ids::is_valid_id(event_id) {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "Event ids are 1 to 64 characters of letters, digits, _ and -.",
-        ))
-    }
-}
-
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/events/{event_id}", tag = "events",
     params(("address_id" = String, Path), ("event_id" = String, Path)),
@@ -233,12 +223,11 @@ pub(crate) fn event_id_param(event_id: &str) -> Result<(), ApiError> {
 )]
 pub async fn get_event(
     State(state): State<AppState>,
-    PathParams((address_id, event_id)): PathParams<(String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    EventId(event_id): EventId,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    event_id_param(&event_id)?;
     let event = state.store.get_event(&address_id, &event_id, now).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -260,12 +249,11 @@ pub async fn get_event(
 )]
 pub async fn ack_event(
     State(state): State<AppState>,
-    PathParams((address_id, event_id)): PathParams<(String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    EventId(event_id): EventId,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    event_id_param(&event_id)?;
     let acked = state.store.ack_event(&address_id, &event_id, now).await?;
     Ok(json_response(
         StatusCode::OK,

@@ -2,10 +2,10 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use http::{header, HeaderMap, StatusCode};
+use http::{HeaderMap, StatusCode};
 
-use crate::domain::verification;
-use crate::domain::{envelope, ids, Ingress};
+use crate::domain::delivery::{self, Delivery};
+use crate::domain::{ids, Ingress};
 use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
@@ -30,10 +30,10 @@ use crate::{json_response, ApiError, AppState};
 pub async fn deliver(
     State(state): State<AppState>,
     PathParams((address_id, inbox_secret)): PathParams<(String, String)>,
+    Now(now): Now,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let now = state.clock.now();
     let unknown = || ApiError::not_found("No such inbox.");
     if !ids::is_valid_id(&address_id) || !ids::is_valid_id(&inbox_secret) {
         return Err(unknown());
@@ -49,7 +49,8 @@ pub async fn deliver(
     if record.is_gone(now) {
         return Err(ApiError::AddressGone);
     }
-    let claim_key = idempotency_key(&headers)?;
+    // Checked after the inbox: an unknown inbox is 404 whatever its key.
+    let key = idempotency_key(&headers)?;
     let bytes = read_body(
         &headers,
         body,
@@ -57,65 +58,30 @@ pub async fn deliver(
         "inbox body",
     )
     .await?;
-    // Verified webhooks (docs/API.md §15): on the exact bytes received, before anything else
-    // reads them.
-    let checked = record.verification.as_ref().map(|config| {
-        let pairs: Vec<(&str, &[u8])> = headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_bytes()))
-            .collect();
-        (
-            config.reject_unverified,
-            verification::verify(config, &pairs, &bytes, now),
-        )
-    });
-    if let Some((true, v)) = &checked {
-        if let Some(reason) = v.reason {
-            tracing::info!(%address_id, reason = reason.as_str(), "unverified delivery refused");
-            return Err(ApiError::SignatureInvalid {
-                reason: reason.as_str(),
-            });
-        }
-    }
-    // A verified delivery without its own key is keyed by the provider's delivery id, so a
-    // provider's redelivery is a duplicate.
-    let claim_key = match (claim_key, &checked) {
-        (Some(k), _) => Some(k),
-        (None, Some((_, v))) => v.delivery_id.clone().map(String::into_bytes),
-        (None, None) => None,
-    };
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    let header_pairs: Vec<(String, String)> = headers
+    // The envelope rule (docs/API.md §3), on bytes verified first when the address verifies
+    // its deliveries (§15).
+    let pairs: Vec<(&str, &[u8])> = headers
         .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
         .collect();
-    let env = envelope::from_delivery(
-        content_type.as_deref(),
-        header_pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        &bytes,
-    );
-    let claim = claim_key.map(|k| IdempotencyClaim {
-        key_hash: ids::sha256_hex(&k),
-        body_hash: ids::sha256_hex(&bytes),
-    });
-    let http = match &checked {
-        Some((_, v)) => http_record_with_verification(&env.http, v.to_json())?,
-        None => env.http,
-    };
+    let received = delivery::receive(&pairs, &bytes, record.verification.as_ref(), key, now);
+    let Delivery { envelope, claim } = received.map_err(|reason| {
+        tracing::info!(%address_id, reason = reason.as_str(), "unverified delivery refused");
+        ApiError::SignatureInvalid {
+            reason: reason.as_str(),
+        }
+    })?;
     let event = NewEvent {
-        event_type: env.event_type,
-        source: env.source,
+        event_type: envelope.event_type,
+        source: envelope.source,
         ingress: Ingress::Http,
-        data: env.data,
-        http: Some(http),
+        data: envelope.data,
+        http: Some(envelope.http),
     };
+    let claim = claim.map(|c| IdempotencyClaim {
+        key_hash: c.key_hash,
+        body_hash: c.body_hash,
+    });
     // A request for a person that expired before this delivery gets its event first.
     expire_due(&state, &record, now).await?;
     let appended = state

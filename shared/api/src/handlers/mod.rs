@@ -5,6 +5,8 @@ mod addresses;
 mod email;
 pub(crate) mod events;
 mod inbox;
+#[cfg(test)]
+mod order_tests;
 pub(crate) mod person_requests;
 mod service;
 mod state;

@@ -23,9 +23,14 @@ use crate::request::{parse_fields, AnswerRequestBody, CreateRequestBody};
 use crate::store::{Answer, AnswerOutcome, IdempotencyClaim, NewRequest, RequestRecord};
 use crate::{json_response, ApiError, AppState};
 
-/// The largest body of `POST {root}/requests`: a 20,000-character body of 4-byte characters,
-/// escaped, with room for the rest.
-const CREATE_REQUEST_BODY_LIMIT: u64 = 128 * 1024;
+impl JsonRequest for CreateRequestBody {
+    /// The largest body of `POST {root}/requests`: a 20,000-character body of 4-byte
+    /// characters, escaped, with room for the rest.
+    fn limit(_: &AppState) -> u64 {
+        128 * 1024
+    }
+}
+
 /// The largest answer (a 2,000-character comment, form-encoded).
 const ANSWER_BODY_LIMIT: u64 = 32 * 1024;
 
@@ -105,25 +110,23 @@ fn request_url(state: &AppState, headers: &HeaderMap, request_id: &str, secret: 
 )]
 pub async fn create_request(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
     headers: HeaderMap,
-    body: Body,
+    IdempotencyKey(claim_key): IdempotencyKey,
+    JsonBody { value, bytes }: JsonBody<CreateRequestBody>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     let token = bearer_token(&headers)
         .ok_or(ApiError::Unauthorized)?
         .to_owned();
-    let claim_key = idempotency_key(&headers)?;
-    let bytes = read_body(&headers, body, CREATE_REQUEST_BODY_LIMIT, "request body").await?;
-    require_json_content_type(&headers)?;
     let CreateRequestBody {
         title,
         body,
         options,
         comment,
         expires_in_seconds,
-    } = json_body::<CreateRequestBody>(&bytes)?;
+    } = value;
     let id = request::new_request_id();
     let expires_in = expires_in_seconds.unwrap_or(REQUEST_EXPIRES_DEFAULT_SECONDS);
     let new = NewRequest {
@@ -177,14 +180,6 @@ pub async fn create_request(
     ))
 }
 
-fn request_id_param(request_id: &str) -> Result<(), ApiError> {
-    if ids::is_valid_id(request_id) {
-        Ok(())
-    } else {
-        Err(ApiError::not_found("No such request."))
-    }
-}
-
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/requests/{request_id}", tag = "requests",
     params(("address_id" = String, Path), ("request_id" = String, Path)),
@@ -197,13 +192,14 @@ fn request_id_param(request_id: &str) -> Result<(), ApiError> {
 )]
 pub async fn get_request(
     State(state): State<AppState>,
-    PathParams((address_id, request_id)): PathParams<(String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
+    RequestId(request_id): RequestId,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
-    request_id_param(&request_id)?;
-    expire_due(&state, &record, now).await?;
+    expire_due(&state, &address, now).await?;
     let r = state
         .store
         .get_request(&address_id, &request_id, now)
@@ -275,9 +271,9 @@ async fn request_of_page(
 pub async fn request_page(
     State(state): State<AppState>,
     PathParams((request_id, secret)): PathParams<(String, String)>,
+    Now(now): Now,
     headers: HeaderMap,
 ) -> ApiResult {
-    let now = state.clock.now();
     let Some(r) = request_of_page(&state, &request_id, &secret, now).await? else {
         return Ok(if accepts_only_json(&headers) {
             ApiError::not_found("No such request.").into_response()
@@ -318,10 +314,10 @@ async fn asker(state: &AppState, r: &RequestRecord, now: Millis) -> Option<Strin
 pub async fn answer_request(
     State(state): State<AppState>,
     PathParams((request_id, secret)): PathParams<(String, String)>,
+    Now(now): Now,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult {
-    let now = state.clock.now();
     let json = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

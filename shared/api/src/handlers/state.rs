@@ -1,10 +1,9 @@
 //! State (docs/API.md §7): list, read, compare-and-set write and delete of one key.
 
-use axum::body::Body;
 use axum::extract::State;
 use http::{HeaderMap, StatusCode, Uri};
 
-use crate::domain::state::{entry_size, validate_key};
+use crate::domain::state::entry_size;
 use crate::domain::time::format_rfc3339;
 use crate::dto::*;
 use crate::error::ApiResult;
@@ -24,11 +23,10 @@ use crate::{json_response, ApiError, AppState};
 )]
 pub async fn list_state(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     let listing = state.store.list_state(&address_id, now).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -50,10 +48,6 @@ pub async fn list_state(
     ))
 }
 
-fn key_param(key: &str) -> Result<(), ApiError> {
-    validate_key(key).map_err(|e| ApiError::invalid(format!("Bad state key: {e}.")))
-}
-
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/state/{key}", tag = "state",
     params(("address_id" = String, Path), ("key" = String, Path)),
@@ -66,17 +60,30 @@ fn key_param(key: &str) -> Result<(), ApiError> {
 )]
 pub async fn get_state(
     State(state): State<AppState>,
-    PathParams((address_id, key)): PathParams<(String, String)>,
-    headers: HeaderMap,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    StateKey(key): StateKey,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
-    key_param(&key)?;
     let entry = state.store.get_state(&address_id, &key, now).await?;
     Ok(json_response(
         StatusCode::OK,
         &StateValue::from_entry(&entry)?,
     ))
+}
+
+impl JsonRequest for PutStateRequest {
+    /// Room for a value of the state limit as sent (spaces and escapes included) and the rest
+    /// of the body; the value itself is checked once re-encoded (`put_state`).
+    fn limit(state: &AppState) -> u64 {
+        let limits = &state.config.limits;
+        limits
+            .max_state_bytes
+            .saturating_mul(4)
+            .saturating_add(4096)
+    }
+
+    const CONTENT_TYPE_FIRST: bool = true;
 }
 
 #[utoipa::path(
@@ -95,21 +102,16 @@ pub async fn get_state(
 )]
 pub async fn put_state(
     State(state): State<AppState>,
-    PathParams((address_id, key)): PathParams<(String, String)>,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
+    StateKey(key): StateKey,
     headers: HeaderMap,
-    body: Body,
+    JsonBody { value: request, .. }: JsonBody<PutStateRequest>,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
-    key_param(&key)?;
-    require_json_content_type(&headers)?;
     let limits = &state.config.limits;
-    let body_limit = limits
-        .max_state_bytes
-        .saturating_mul(4)
-        .saturating_add(4096);
-    let bytes = read_body(&headers, body, body_limit, "request body").await?;
-    let request = json_body::<PutStateRequest>(&bytes)?;
     let expected = expected_revision(&headers, request.if_revision)?;
     let compact = serde_json::to_string(&request.value)
         .map_err(|e| ApiError::Internal(format!("cannot re-encode a value: {e}")))?;
@@ -119,7 +121,7 @@ pub async fn put_state(
             limits.max_state_bytes
         )));
     }
-    expire_due(&state, &record, now).await?;
+    expire_due(&state, &address, now).await?;
     let written = state
         .store
         .put_state(&address_id, &key, compact, expected, limits, now)
@@ -152,16 +154,18 @@ pub async fn put_state(
 )]
 pub async fn delete_state(
     State(state): State<AppState>,
-    PathParams((address_id, key)): PathParams<(String, String)>,
+    Authenticated {
+        address_id,
+        address,
+        now,
+    }: Authenticated,
+    StateKey(key): StateKey,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult {
-    let now = state.clock.now();
-    let record = authenticate(&state, &headers, &address_id, now).await?;
-    key_param(&key)?;
     let params = parse_fields::<DeleteStateParams>(query_fields(uri.query())?)?;
     let expected = expected_revision(&headers, params.if_revision)?;
-    expire_due(&state, &record, now).await?;
+    expire_due(&state, &address, now).await?;
     let deleted = state
         .store
         .delete_state(&address_id, &key, expected, &state.config.limits, now)

@@ -22,13 +22,9 @@ use crate::domain::viewer::{
 };
 use crate::dto::ErrorBody;
 use crate::extract::*;
-use crate::request::parse_fields;
 use crate::request::Fields;
 use crate::store::NewViewerCode;
 use crate::{json_response, ApiError, AppState};
-
-/// The largest body of `POST /api/v1/viewer-codes/redeem`.
-const REDEEM_BODY_LIMIT: u64 = 1024;
 
 /// `POST {root}/viewer-codes`'s answer (docs/API.md §13).
 #[derive(Debug, Serialize, ToSchema)]
@@ -50,6 +46,13 @@ pub struct RedeemViewerCode {
 }
 
 impl Fields for RedeemViewerCode {}
+
+impl JsonRequest for RedeemViewerCode {
+    /// The largest body of `POST /api/v1/viewer-codes/redeem`.
+    fn limit(_: &AppState) -> u64 {
+        1024
+    }
+}
 
 /// `POST /api/v1/viewer-codes/redeem`'s answer: what the viewer keeps in its tab.
 #[derive(Debug, Serialize, ToSchema)]
@@ -78,11 +81,11 @@ fn no_store(mut response: Response) -> Response {
 )]
 pub async fn create_viewer_code(
     State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
+    Authenticated {
+        address_id, now, ..
+    }: Authenticated,
     headers: HeaderMap,
 ) -> ApiResult {
-    let now = state.clock.now();
-    authenticate(&state, &headers, &address_id, now).await?;
     let read_token = bearer_token(&headers).ok_or(ApiError::Unauthorized)?;
     if let Some(retry_after) = state
         .store
@@ -136,10 +139,10 @@ pub async fn create_viewer_code(
 )]
 pub async fn redeem_viewer_code(
     State(state): State<AppState>,
+    Now(now): Now,
     parts: Parts,
     body: Body,
 ) -> ApiResult {
-    let now = state.clock.now();
     // Every attempt counts, right or wrong: codes cannot be guessed at speed (docs/API.md §13).
     let client = client_key(&parts);
     if let Some(retry_after) = state
@@ -149,9 +152,9 @@ pub async fn redeem_viewer_code(
     {
         return Err(ApiError::RateLimited { retry_after });
     }
-    let bytes = read_body(&parts.headers, body, REDEEM_BODY_LIMIT, "request body").await?;
-    require_json_content_type(&parts.headers)?;
-    let RedeemViewerCode { code } = parse_fields(json_object(&bytes)?)?;
+    // After the rate limit: the body is read only for a client within it.
+    let body = JsonBody::<RedeemViewerCode>::read(&state, &parts.headers, body).await?;
+    let RedeemViewerCode { code } = body.value;
     // Unknown, used, expired, not ours, or its address gone since: one answer for all.
     if !is_code_shaped(&code) {
         return Err(ApiError::ViewerCodeExpired);

@@ -14,6 +14,8 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
+use super::verification::Verification;
+
 /// Headers recorded with an HTTP event, to verify webhook signatures later.
 pub const RECORDED_HEADERS: &[&str] = &[
     "user-agent",
@@ -60,12 +62,27 @@ pub fn is_json_content_type(content_type: &str) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
+/// The member of the `http` record that holds a delivery's verification (docs/API.md §15): the
+/// event shows it beside `http`, as `verification`.
+pub const VERIFICATION_MEMBER: &str = "verification";
+
 /// Applies the envelope rule. `headers` are (lower-case name, value) pairs as received; only the
 /// allowlisted ones are recorded, repeated ones joined with `", "`.
 pub fn from_delivery<'a>(
     content_type: Option<&str>,
     headers: impl IntoIterator<Item = (&'a str, &'a str)>,
     body: &[u8],
+) -> Envelope {
+    from_verified_delivery(content_type, headers, body, None)
+}
+
+/// [`from_delivery`] for an address that verifies its deliveries (docs/API.md §15): the `http`
+/// record also holds `verification`'s record, as its [`VERIFICATION_MEMBER`].
+pub fn from_verified_delivery<'a>(
+    content_type: Option<&str>,
+    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    body: &[u8],
+    verification: Option<&Verification>,
 ) -> Envelope {
     let mut recorded: Map<String, Value> = Map::new();
     for (name, value) in headers {
@@ -83,7 +100,13 @@ pub fn from_delivery<'a>(
             }
         }
     }
-    let http = json!({"content_type": content_type, "headers": recorded}).to_string();
+    let mut http = Map::new();
+    http.insert("content_type".into(), json!(content_type));
+    http.insert("headers".into(), Value::Object(recorded));
+    if let Some(v) = verification {
+        http.insert(VERIFICATION_MEMBER.into(), v.to_json());
+    }
+    let http = Value::Object(http).to_string();
 
     let json_body = match content_type {
         Some(ct) if !is_json_content_type(ct) => None,

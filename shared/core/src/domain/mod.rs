@@ -2,12 +2,14 @@
 //! Pure code with no I/O, so every deployment applies exactly the same rules.
 
 pub mod client;
+pub mod delivery;
 pub mod envelope;
 pub mod ids;
 pub mod label;
 pub mod limits;
 pub mod outbound;
 pub mod request;
+pub mod socket;
 pub mod state;
 pub mod time;
 pub mod verification;
