@@ -74,7 +74,7 @@ async fn expect_no_state(c: &Client, a: &Address, what: &str) {
 }
 
 /// Needs `serve` to mark the requests it reads off a connection with
-/// `agentaddress_api::hygiene::SocketRequest` (one line in `cli/src/transport.rs`'s
+/// `agentaddress_api::hygiene::SocketRequest` (one line in `cli/src/transport/version.rs`'s
 /// request layer): the shared router cannot tell them from the Lambda adapter's requests,
 /// which may lack Host.
 #[tokio::test]

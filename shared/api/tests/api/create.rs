@@ -9,9 +9,11 @@ use agentaddress_api::{self as api, ApiConfig, AppState};
 use agentaddress_core::domain::time::format_rfc3339;
 use agentaddress_core::domain::{Limits, Millis};
 use agentaddress_core::store::{
-    Acked, AddressRecord, Appended, Event, EventPage, IdempotencyClaim, NewAddress, NewEvent,
-    StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError, StoreResult,
-    SweepReport, Usage,
+    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
+    CreatedRequest, Event, EventPage, IdempotencyClaim, NewAddress, NewCode, NewEmail, NewEvent,
+    NewRequest, NewSend, NewViewerCode, RedeemedViewerCode, RequestRecord, SendOutcome, SendRecord,
+    SendRecorded, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
+    StoreResult, StoredEmail, SweepReport, Usage,
 };
 use http::StatusCode;
 use serde_json::{json, Value};
@@ -406,6 +408,137 @@ impl Store for CollidingStore {
     }
     async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport> {
         self.inner.sweep(limits, now).await
+    }
+    async fn append_email(
+        &self,
+        id: &str,
+        email: NewEmail,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<Appended> {
+        self.inner.append_email(id, email, limits, now).await
+    }
+    async fn email_of_event(
+        &self,
+        id: &str,
+        event_id: &str,
+        now: Millis,
+    ) -> StoreResult<StoredEmail> {
+        self.inner.email_of_event(id, event_id, now).await
+    }
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
+        self.inner.email_by_id(id, email_id, now).await
+    }
+    async fn create_request(
+        &self,
+        id: &str,
+        request: NewRequest,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CreatedRequest> {
+        self.inner.create_request(id, request, limits, now).await
+    }
+    async fn get_request(
+        &self,
+        id: &str,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<RequestRecord> {
+        self.inner.get_request(id, request_id, now).await
+    }
+    async fn find_request(
+        &self,
+        request_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RequestRecord>> {
+        self.inner.find_request(request_id, now).await
+    }
+    async fn answer_request(
+        &self,
+        request_id: &str,
+        answer: Answer,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<AnswerOutcome> {
+        self.inner
+            .answer_request(request_id, answer, limits, now)
+            .await
+    }
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
+        self.inner.list_contacts(id, now).await
+    }
+    async fn issue_contact_code(
+        &self,
+        id: &str,
+        code: NewCode,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<CodeIssued> {
+        self.inner.issue_contact_code(id, code, limits, now).await
+    }
+    async fn check_contact_code(
+        &self,
+        id: &str,
+        email: &str,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<CodeCheck> {
+        self.inner
+            .check_contact_code(id, email, code_hash, now)
+            .await
+    }
+    async fn record_send(
+        &self,
+        id: &str,
+        send: NewSend,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<SendRecorded> {
+        self.inner.record_send(id, send, limits, now).await
+    }
+    async fn claim_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        lease_until: Millis,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.inner.claim_send(id, send_id, lease_until, now).await
+    }
+    async fn get_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        now: Millis,
+    ) -> StoreResult<Option<SendRecord>> {
+        self.inner.get_send(id, send_id, now).await
+    }
+    async fn finish_send(
+        &self,
+        id: &str,
+        send_id: &str,
+        outcome: SendOutcome,
+        limits: &Limits,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.inner
+            .finish_send(id, send_id, outcome, limits, now)
+            .await
+    }
+    async fn create_viewer_code(
+        &self,
+        id: &str,
+        code: NewViewerCode,
+        now: Millis,
+    ) -> StoreResult<()> {
+        self.inner.create_viewer_code(id, code, now).await
+    }
+    async fn redeem_viewer_code(
+        &self,
+        code_hash: &str,
+        now: Millis,
+    ) -> StoreResult<Option<RedeemedViewerCode>> {
+        self.inner.redeem_viewer_code(code_hash, now).await
     }
 }
 

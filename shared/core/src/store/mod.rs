@@ -462,10 +462,7 @@ pub trait Store: Send + Sync + 'static {
         email: NewEmail,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<Appended> {
-        let _ = (id, email, limits, now);
-        Err(StoreError::NotSupported("stored email"))
-    }
+    ) -> StoreResult<Appended>;
 
     /// The stored message of the retained event `event_id`. [`StoreError::NotFound`] for an
     /// unknown or expired event; [`StoreError::EmailUnavailable`] when the event has no stored
@@ -475,17 +472,11 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         event_id: &str,
         now: Millis,
-    ) -> StoreResult<StoredEmail> {
-        let _ = (id, event_id, now);
-        Err(StoreError::NotSupported("stored email"))
-    }
+    ) -> StoreResult<StoredEmail>;
 
     /// The stored message `email_id` of this address, with its event, while that event is
     /// retained; else [`StoreError::NotFound`].
-    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
-        let _ = (id, email_id, now);
-        Err(StoreError::NotSupported("stored email"))
-    }
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail>;
 
     /// Where a client fetches `download`, part of the stored message `email_id` of address `id`,
     /// when it is too large for this deployment to answer itself (on AWS, Lambda answers at most
@@ -513,10 +504,7 @@ pub trait Store: Send + Sync + 'static {
         request: NewRequest,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<CreatedRequest> {
-        let _ = (id, request, limits, now);
-        Err(StoreError::NotSupported("requests for a person"))
-    }
+    ) -> StoreResult<CreatedRequest>;
 
     /// Request `request_id` of address `id`, else [`StoreError::NotFound`] (another address's
     /// request too).
@@ -525,10 +513,7 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         request_id: &str,
         now: Millis,
-    ) -> StoreResult<RequestRecord> {
-        let _ = (id, request_id, now);
-        Err(StoreError::NotSupported("requests for a person"))
-    }
+    ) -> StoreResult<RequestRecord>;
 
     /// Request `request_id` of any live address (for its page, whose caller checks the
     /// secret); `None` when there is none or its address is gone.
@@ -536,10 +521,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         request_id: &str,
         now: Millis,
-    ) -> StoreResult<Option<RequestRecord>> {
-        let _ = (request_id, now);
-        Err(StoreError::NotSupported("requests for a person"))
-    }
+    ) -> StoreResult<Option<RequestRecord>>;
 
     /// Answers request `request_id` with `answer` (already checked against the request by
     /// [`crate::domain::request::check_answer`]) in one atomic step: when the request is open
@@ -553,10 +535,7 @@ pub trait Store: Send + Sync + 'static {
         answer: Answer,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<AnswerOutcome> {
-        let _ = (request_id, answer, limits, now);
-        Err(StoreError::NotSupported("requests for a person"))
-    }
+    ) -> StoreResult<AnswerOutcome>;
 
     /// Appends `request.expired` for each open request of address `id` whose expiry is at or
     /// before `now` and marks it expired, each conditioned on its still being open (two
@@ -597,10 +576,7 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// The contacts of address `id` (docs/API.md §16), sorted by email.
-    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
-        let _ = (id, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>>;
 
     /// Stores a new code for contact `code.email` of address `id`, creating it pending when new,
     /// in one atomic step: the code replaces any earlier one and its tries start at 0. A
@@ -620,10 +596,7 @@ pub trait Store: Send + Sync + 'static {
         code: NewCode,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<CodeIssued> {
-        let _ = (id, code, limits, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<CodeIssued>;
 
     /// Tries `code_hash` against contact `email`'s current code, in one atomic step that counts
     /// the try: under concurrent tries at most [`crate::domain::outbound::CODE_TRIES`] are
@@ -635,10 +608,7 @@ pub trait Store: Send + Sync + 'static {
         email: &str,
         code_hash: &str,
         now: Millis,
-    ) -> StoreResult<CodeCheck> {
-        let _ = (id, email, code_hash, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<CodeCheck>;
 
     /// Records a send and appends its `email.sent` event in one atomic step, before anything is
     /// mailed. In order: a claim whose key an earlier send of this address holds answers that
@@ -653,10 +623,7 @@ pub trait Store: Send + Sync + 'static {
         send: NewSend,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<SendRecorded> {
-        let _ = (id, send, limits, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<SendRecorded>;
 
     /// Claims send `send_id` of address `id` for one delivery attempt: when it is pending, due
     /// at `now` and no other attempt holds it, counts the attempt, holds it until `lease_until`
@@ -669,10 +636,7 @@ pub trait Store: Send + Sync + 'static {
         send_id: &str,
         lease_until: Millis,
         now: Millis,
-    ) -> StoreResult<Option<SendRecord>> {
-        let _ = (id, send_id, lease_until, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<Option<SendRecord>>;
 
     /// Send `send_id` of address `id` as stored, whatever its state (`None` when there is no
     /// such send): what a queue consumer reads when [`Store::claim_send`] took nothing, to know
@@ -682,10 +646,7 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         send_id: &str,
         now: Millis,
-    ) -> StoreResult<Option<SendRecord>> {
-        let _ = (id, send_id, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<Option<SendRecord>>;
 
     /// Ends the attempt on a claimed send with `outcome`, in one atomic step (a failure with its
     /// `email.send_failed` event). Only a pending send changes.
@@ -696,10 +657,7 @@ pub trait Store: Send + Sync + 'static {
         outcome: SendOutcome,
         limits: &Limits,
         now: Millis,
-    ) -> StoreResult<()> {
-        let _ = (id, send_id, outcome, limits, now);
-        Err(StoreError::NotSupported("outbound email"))
-    }
+    ) -> StoreResult<()>;
 
     /// Pending sends of live addresses due at `now` and not held, oldest first, at most `limit`,
     /// as (address id, send id): what the embedded deployment's delivery loop attempts. Stores
@@ -716,10 +674,7 @@ pub trait Store: Send + Sync + 'static {
         id: &str,
         code: NewViewerCode,
         now: Millis,
-    ) -> StoreResult<()> {
-        let _ = (id, code, now);
-        Err(StoreError::NotSupported("viewer sign-in links"))
-    }
+    ) -> StoreResult<()>;
 
     /// Redeems the viewer code whose hash is `code_hash`, in one atomic step: an unused code
     /// unexpired at `now` is marked used and answered; an unknown, used or expired one is
@@ -729,10 +684,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         code_hash: &str,
         now: Millis,
-    ) -> StoreResult<Option<RedeemedViewerCode>> {
-        let _ = (code_hash, now);
-        Err(StoreError::NotSupported("viewer sign-in links"))
-    }
+    ) -> StoreResult<Option<RedeemedViewerCode>>;
 
     /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
     /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.
