@@ -404,6 +404,26 @@ impl JsonRequest for ReplayEmailRequest {
     const CONTENT_TYPE_FIRST: bool = true;
 }
 
+/// The answer to a replay of a message this address already has: its event, as a duplicate.
+async fn delivered(
+    state: &AppState,
+    address_id: &str,
+    email_id: &str,
+    now: crate::domain::Millis,
+) -> Result<Option<axum::response::Response>, ApiError> {
+    match state.store.email_by_id(address_id, email_id, now).await {
+        Ok(stored) => Ok(Some(json_response(
+            StatusCode::OK,
+            &ReplayResult {
+                duplicate: true,
+                event: stored.event.into(),
+            },
+        ))),
+        Err(crate::store::StoreError::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[utoipa::path(
     post, path = "/api/v1/addresses/{address_id}/email/replay", tag = "email",
     params(("address_id" = String, Path)),
@@ -425,29 +445,20 @@ pub async fn replay_email(
     JsonBody { value: request, .. }: JsonBody<ReplayEmailRequest>,
 ) -> ApiResult {
     // A stored message always has its event (they commit together): replaying answers it.
-    match state
-        .store
-        .email_by_id(&address_id, &request.email_id, now)
-        .await
-    {
-        Ok(stored) => {
-            return Ok(json_response(
-                StatusCode::OK,
-                &ReplayResult {
-                    duplicate: true,
-                    event: stored.event.into(),
-                },
-            ))
-        }
-        Err(crate::store::StoreError::NotFound) => {}
-        Err(e) => return Err(e.into()),
+    if let Some(found) = delivered(&state, &address_id, &request.email_id, now).await? {
+        return Ok(found);
     }
     // A message the provider holds undelivered (on AWS: what SES wrote, e.g. a notification
     // that went to the dead-letter queue) is delivered now, to this address only.
     let not_found =
         || ApiError::not_found("No stored message with this email_id for this address.");
     let Some(raw) = state.store.pending_email(&request.email_id).await? else {
-        return Err(not_found());
+        // The provider removes its copy only after the event is committed: one delivered
+        // between the look above and this one has its event now.
+        return match delivered(&state, &address_id, &request.email_id, now).await? {
+            Some(found) => Ok(found),
+            None => Err(not_found()),
+        };
     };
     let address = state
         .store
