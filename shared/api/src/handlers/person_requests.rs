@@ -400,20 +400,7 @@ pub async fn answer_request(
     responses((status = 200, description = "The stylesheet of the person's page", content_type = "text/css")),
 )]
 pub async fn request_page_css() -> Response {
-    let mut response = (StatusCode::OK, request_page::PAGE_CSS).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/css; charset=utf-8"),
-    );
-    for (name, value) in page_headers() {
-        headers.insert(name, value);
-    }
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("public, max-age=3600"),
-    );
-    response
+    page_asset(request_page::PAGE_CSS, "text/css; charset=utf-8")
 }
 
 #[utoipa::path(
@@ -421,12 +408,14 @@ pub async fn request_page_css() -> Response {
     responses((status = 200, description = "The script of the person's page: it shows the page's times in the reader's locale", content_type = "text/javascript")),
 )]
 pub async fn request_page_js() -> Response {
-    let mut response = (StatusCode::OK, request_page::PAGE_JS).into_response();
+    page_asset(request_page::PAGE_JS, "text/javascript; charset=utf-8")
+}
+
+/// An asset of the person's page: the pages' headers, cached for an hour.
+fn page_asset(body: &'static str, content_type: &'static str) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/javascript; charset=utf-8"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     for (name, value) in page_headers() {
         headers.insert(name, value);
     }
