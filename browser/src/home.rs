@@ -45,7 +45,7 @@ pub async fn front_door(d: &Deployment<'_>) {
     let version = health.json["version"].as_str().unwrap_or("?").to_owned();
 
     let b = Browser::start(DESKTOP).await;
-    b.open(&c.url("/")).await;
+    b.open_styled(&c.url("/")).await;
     let what = b
         .js("return [document.contentType, document.title]", vec![])
         .await;
@@ -134,7 +134,7 @@ pub async fn front_door(d: &Deployment<'_>) {
     b.close().await;
 
     let phone = Browser::start(PHONE).await;
-    phone.open(&c.url("/")).await;
+    phone.open_styled(&c.url("/")).await;
     assert_eq!(
         phone.js("return window.innerWidth", vec![]).await,
         PHONE.width,

@@ -145,6 +145,31 @@ impl Browser {
             .unwrap_or_else(|e| panic!("open {url}: {e}"));
     }
 
+    /// Opens `url` and checks that every style sheet it links has arrived: a page laid out
+    /// without its sheet is wider than a phone and unstyled, and the test would fail far from
+    /// the cause. A load whose sheet did not arrive (the local Lambda stack's gateway emulator
+    /// now and then answers an asset request with a 500 of its own under load) is said on
+    /// stderr with what the page fetched, and loaded again, twice at most.
+    pub async fn open_styled(&self, url: &str) {
+        const STYLED: &str = "return [...document.querySelectorAll('link[rel=stylesheet]')]\
+            .every(l => { try { return !!l.sheet && l.sheet.cssRules.length > 0 } \
+                          catch (e) { return false } })";
+        const FETCHED: &str = "return performance.getEntriesByType('resource')\
+            .map(r => r.name + ' ' + (r.responseStatus ?? '?'))";
+        for attempt in 1..=3 {
+            self.open(url).await;
+            if self.js(STYLED, vec![]).await == Value::Bool(true) {
+                return;
+            }
+            let fetched = self.js(FETCHED, vec![]).await;
+            assert!(
+                attempt < 3,
+                "{url}: a style sheet did not arrive in three loads; fetched {fetched}"
+            );
+            eprintln!("{url}: a style sheet did not arrive (fetched {fetched}); loading it again");
+        }
+    }
+
     /// Runs `script` (a function body; `arguments` holds `args`) in the page.
     pub async fn js(&self, script: &str, args: Vec<Value>) -> Value {
         self.wd

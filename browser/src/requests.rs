@@ -341,7 +341,7 @@ pub async fn phone_and_keyboard(d: &Deployment<'_>) {
     )
     .await;
     let b = Browser::start(PHONE).await;
-    b.open(&url).await;
+    b.open_styled(&url).await;
     let focused = "return document.activeElement && \
                    (document.activeElement.id || document.activeElement.value)";
     let mut on_comment = false;
