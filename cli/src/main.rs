@@ -6,9 +6,9 @@
 mod backup;
 mod client;
 mod metrics;
-mod outbound;
 mod purge;
 mod serve;
+mod smarthost;
 mod smtp;
 mod socket;
 mod transport;

@@ -141,7 +141,7 @@ pub struct ServeArgs {
     smtp: crate::smtp::SmtpArgs,
 
     #[command(flatten)]
-    outbound: crate::outbound::OutboundArgs,
+    outbound: crate::smarthost::OutboundArgs,
 
     #[command(flatten)]
     service: ServiceConfig,
@@ -241,7 +241,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         config.email_domain.clone(),
     )
     .await?;
-    let outbound = crate::outbound::configure(&args.outbound)?;
+    let outbound = crate::smarthost::configure(&args.outbound)?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let delivery = outbound.map(|(outbound, delivery)| {
         tracing::info!(from = %outbound.from, relay = outbound.relay.kind(), "sending email");

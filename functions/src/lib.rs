@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use agentaddress_api::config::ServiceConfig;
-use agentaddress_api::outbound::{consume_send, Dispatch, Outbound, RetryPolicy};
 use agentaddress_api::routes::Shape;
+use agentaddress_api::send_delivery::{consume_send, Dispatch, Outbound, RetryPolicy};
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
 use agentaddress_core::domain::{Clock, SystemClock};
 use agentaddress_dynamodb::AwsConfig;

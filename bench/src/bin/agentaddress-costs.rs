@@ -704,7 +704,7 @@ impl agentaddress_core::relay::Dispatch for CountingQueue {
 /// code mail), recording a send (with its `SendMessage`), and the send function's delivery of
 /// it (claim, SES, record).
 async fn outbound_costs(store: &DynamoStore, service: &ServiceConfig) {
-    use agentaddress_api::outbound::{consume_send, Outbound, RetryPolicy};
+    use agentaddress_api::send_delivery::{consume_send, Outbound, RetryPolicy};
     let relay = Arc::new(CountingRelay::default());
     let queue = Arc::new(CountingQueue::default());
     let outbound = Arc::new(Outbound {

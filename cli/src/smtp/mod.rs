@@ -1,6 +1,6 @@
 //! The SMTP door of `agentaddress serve` (docs/API.md §10): an ESMTP server that receives mail
 //! for the addresses' `email` and hands each message to the delivery pipeline
-//! (`agentaddress_email::deliver`), answering `250` only once the events are committed.
+//! (`agentaddress_email::deliver_email`), answering `250` only once the events are committed.
 //!
 //! "One client" is a [`ClientKey`]: an IPv4 address or an IPv6 /64 (docs/API.md §10).
 //!

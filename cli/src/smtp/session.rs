@@ -1,6 +1,6 @@
 //! One SMTP session (RFC 5321, with PIPELINING, SIZE, 8BITMIME, SMTPUTF8,
 //! ENHANCEDSTATUSCODES and STARTTLS): commands in, replies out, a message handed to
-//! `agentaddress_email::deliver` at the end of `DATA`.
+//! `agentaddress_email::deliver_email` at the end of `DATA`.
 //!
 //! Replies (docs/API.md §10, "The SMTP door"):
 //!
@@ -535,7 +535,7 @@ impl Session {
             None => AuthResults::default(),
         };
         let now = self.shared.clock.now();
-        let delivery = agentaddress_email::deliver(
+        let delivery = agentaddress_email::deliver_email(
             self.shared.store.as_ref(),
             &Inbound {
                 raw: &raw,
@@ -550,7 +550,7 @@ impl Session {
             now,
         )
         .await;
-        // `deliver` has returned: every accepted recipient's event is committed.
+        // `deliver_email` has returned: every accepted recipient's event is committed.
         //
         // SMTP has one reply to DATA for all the recipients. When every recipient failed, it
         // is the first failure's reply (temporary or permanent, the client acts on it for

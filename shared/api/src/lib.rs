@@ -13,14 +13,14 @@ pub mod error;
 pub mod extract;
 mod handlers;
 pub mod hygiene;
+pub mod inputs;
+pub mod numbers;
 pub mod openapi;
-pub mod outbound;
-pub mod outbound_routes;
 pub mod page_budget;
 pub mod pages;
-pub mod request;
 mod request_log;
 pub mod routes;
+pub mod send_delivery;
 pub mod socket;
 pub mod stream;
 pub mod telemetry;
@@ -119,7 +119,7 @@ pub struct AppState {
     /// API Gateway buffers whole answers), and the route answers 501 (docs/API.md §14).
     pub streams: Option<stream::StreamSettings>,
     /// Outbound email's sender, relay and delivery (docs/API.md §16); `None`: not configured.
-    pub outbound: Option<Arc<outbound::Outbound>>,
+    pub outbound: Option<Arc<send_delivery::Outbound>>,
     /// Where the wake-up socket is served (docs/API.md §17); `None`: nowhere, and
     /// `endpoints.ws_url` is absent.
     pub ws: Option<WsEndpoint>,
@@ -175,8 +175,8 @@ impl AppState {
         self
     }
 
-    /// Outbound email through `outbound` (docs/API.md §16).
-    pub fn with_outbound(mut self, outbound: Option<Arc<outbound::Outbound>>) -> Self {
+    /// Outbound email through `send_delivery` (docs/API.md §16).
+    pub fn with_outbound(mut self, outbound: Option<Arc<send_delivery::Outbound>>) -> Self {
         self.outbound = outbound;
         self
     }

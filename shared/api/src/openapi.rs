@@ -13,7 +13,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::dto::*;
 use super::error::ErrorCode;
-use super::request::{CreateAddressRequest, PutStateRequest};
+use super::inputs::{CreateAddressRequest, PutStateRequest};
 use crate::domain::Limits;
 
 /// Instructions for an agent; `{base}` is replaced by the public base URL.

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-/// One message to send, every field already checked by [`crate::domain::outbound`]: addresses
+/// One message to send, every field already checked by [`crate::domain::mail_out`]: addresses
 /// are plain, the subject one line, message ids well-formed. The relay builds the RFC 5322
 /// message (its own encoding of every header: nothing here is pasted into one raw).
 #[derive(Debug, Clone, PartialEq, Eq)]

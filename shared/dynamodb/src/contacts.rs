@@ -37,7 +37,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::capacity::Tally;
 use crate::cond_update::{tx_err, u32_of, CondUpdate, Updated};
-use crate::domain::outbound::{
+use crate::domain::mail_out::{
     code_hashes_equal, code_mails_from_scope, code_mails_to_scope, seconds_to_next_day, utc_day,
     ContactStatus, CODE_MAILS_PER_DAY, CODE_TRIES,
 };

@@ -34,7 +34,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWrite
 use crate::append::Cancelled;
 use crate::cond_update::{tx_err, u32_of, CondUpdate, Updated};
 use crate::contacts::contact_sk;
-use crate::domain::outbound::{seconds_to_next_day, utc_day, ContactStatus, SendStatus};
+use crate::domain::mail_out::{seconds_to_next_day, utc_day, ContactStatus, SendStatus};
 use crate::domain::{Limits, Millis};
 use crate::item::*;
 use crate::retry::with_append_retries;

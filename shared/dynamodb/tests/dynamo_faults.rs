@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use agentaddress_api::{self as api, ApiConfig, AppState};
-use agentaddress_core::domain::{ids, outbound, Ingress, Limits, Millis};
+use agentaddress_core::domain::{ids, mail_out, Ingress, Limits, Millis};
 use agentaddress_core::store::conformance::T0;
 use agentaddress_core::store::outbound_conformance::new_send;
 use agentaddress_core::store::{
@@ -317,8 +317,8 @@ async fn dropped_outbound_writes_apply_once() {
     let ada = "ada@example.com";
     let code = NewCode {
         email: ada.into(),
-        code_hash: outbound::code_hash(&a.id, ada, "123456"),
-        expires_at: T0 + outbound::CODE_VALID_MS,
+        code_hash: mail_out::code_hash(&a.id, ada, "123456"),
+        expires_at: T0 + mail_out::CODE_VALID_MS,
         client: "192.0.2.1".into(),
     };
 
@@ -362,7 +362,7 @@ async fn dropped_outbound_writes_apply_once() {
         (1, false),
         "our own key record is not a duplicate"
     );
-    let day = rig.partition(&a.id).await[&format!("OD#{}", outbound::utc_day(T0))].clone();
+    let day = rig.partition(&a.id).await[&format!("OD#{}", mail_out::utc_day(T0))].clone();
     assert_eq!(number(&day, "count"), 1);
 
     // Its failure, the answer dropped: one `email.send_failed`.

@@ -94,7 +94,7 @@ mod viewer_conformance {
 }
 
 mod dynamodb_only {
-    use agentaddress_core::domain::{ids, outbound, Ingress, Limits};
+    use agentaddress_core::domain::{ids, mail_out, Ingress, Limits};
     use agentaddress_core::store::conformance::T0;
     use agentaddress_core::store::outbound_conformance::new_send;
     use agentaddress_core::store::request_conformance::new_request;
@@ -230,8 +230,8 @@ mod dynamodb_only {
         let ada = "ada@example.com";
         let code = NewCode {
             email: ada.into(),
-            code_hash: outbound::code_hash(&id, ada, "123456"),
-            expires_at: T0 + outbound::CODE_VALID_MS,
+            code_hash: mail_out::code_hash(&id, ada, "123456"),
+            expires_at: T0 + mail_out::CODE_VALID_MS,
             client: "192.0.2.1".into(),
         };
         // Without the server-wide caps on code mails: the table is shared with every case of
@@ -310,7 +310,7 @@ mod dynamodb_only {
             format!("C#{ada}"),
             format!("O#{send_id}"),
             format!("OK#{}", ids::sha256_hex(b"send-key")),
-            format!("OD#{}", outbound::utc_day(T0)),
+            format!("OD#{}", mail_out::utc_day(T0)),
         ] {
             assert!(before.contains(&sk), "{sk} stored: {before:?}");
         }

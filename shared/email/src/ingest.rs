@@ -159,7 +159,7 @@ pub async fn resolve(
 /// Each event's `envelope.rcpt_to` lists only the recipients that reached its address, so no
 /// address learns another's (Bcc) recipients. The message is parsed once, whatever the number
 /// of recipients.
-pub async fn deliver(
+pub async fn deliver_email(
     store: &dyn Store,
     inbound: &Inbound<'_>,
     domain: &str,

@@ -26,7 +26,7 @@
 //! Recipients ([`parse_recipient`]) match case-insensitively; `{local}+{tag}@{domain}` delivers
 //! to `{local}@{domain}` and records `tag`.
 //!
-//! [`deliver`] is the pipeline every door (SMTP, the raw-MIME webhook, SES) ends in: recipients
+//! [`deliver_email`] is the pipeline every door (SMTP, the raw-MIME webhook, SES) ends in: recipients
 //! resolved, the message parsed once, and each address's event committed with the raw message
 //! by the store ([`agentaddress_core::store::Store::append_email`]).
 //!
@@ -57,7 +57,7 @@ pub use attachment::{attachment, sanitize_filename, Attachment};
 pub use author::{author, Ambiguity, Author};
 pub use id::email_id;
 pub use ingest::{
-    deliver, email_limits, resolve, Accepted, Delivery, Inbound, Rejected, Rejection,
+    deliver_email, email_limits, resolve, Accepted, Delivery, Inbound, Rejected, Rejection,
 };
 pub use limits::EmailLimits;
 pub use message::{

@@ -1,13 +1,13 @@
 //! Messages a provider stored before anything was delivered: SES on AWS (docs/API.md §10, "On
 //! AWS"). SES's receipt rule writes the raw message to the email bucket with its own headers on
 //! top; the envelope and the SPF/DKIM/DMARC verdicts come from those headers ([`crate::ses`]),
-//! and the message goes through the one pipeline ([`deliver`]) with SES's message id as its
+//! and the message goes through the one pipeline ([`deliver_email`]) with SES's message id as its
 //! `email_id`, so a redelivered notification or a replay never makes a second event.
 
 use agentaddress_core::domain::{Limits, Millis};
 use agentaddress_core::store::Store;
 
-use crate::{deliver, parse_recipient, ses_auth, ses_envelope, Delivery, Inbound, Provider};
+use crate::{deliver_email, parse_recipient, ses_auth, ses_envelope, Delivery, Inbound, Provider};
 
 /// What a provider's stored message came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub async fn deliver_ses(
         auth: ses_auth(raw),
         email_id_hint: Some(email_id),
     };
-    let delivery = deliver(store, &inbound, domain, limits, now).await;
+    let delivery = deliver_email(store, &inbound, domain, limits, now).await;
     outcome(delivery)
 }
 

@@ -1,4 +1,4 @@
-//! The delivery pipeline (`deliver`) on the embedded store: recipients resolved and grouped,
+//! The delivery pipeline (`deliver_email`) on the embedded store: recipients resolved and grouped,
 //! one parse, one event per address committed with the raw message, each recipient's outcome.
 
 use std::sync::Arc;
@@ -6,7 +6,7 @@ use std::sync::Arc;
 use agentaddress_core::domain::{ids, Limits, Millis};
 use agentaddress_core::store::{NewAddress, Store, StoreError};
 use agentaddress_email::{
-    deliver, resolve, AuthResults, Delivery, Inbound, Provider, Refusal, Rejection,
+    deliver_email, resolve, AuthResults, Delivery, Inbound, Provider, Refusal, Rejection,
 };
 use agentaddress_sqlite::SqliteStore;
 use serde_json::Value;
@@ -41,7 +41,7 @@ const RAW: &[u8] = b"From: Ada <Ada@Example.com>\r\nTo: someone@inbox.test\r\n\
 Message-ID: <m1@example.com>\r\nSubject: hello\r\n\r\nThe body.\r\n";
 
 async fn send(store: &dyn Store, raw: &[u8], rcpts: &[String], limits: &Limits) -> Delivery {
-    deliver(
+    deliver_email(
         store,
         &Inbound {
             raw,

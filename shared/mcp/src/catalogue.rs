@@ -7,11 +7,11 @@ use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{json, Map, Value};
 
 use agentaddress_api::error::ErrorCode;
-use agentaddress_api::outbound_routes::{ContactBody, SendBody};
-use agentaddress_api::request::{
+use agentaddress_api::inputs::{
     json_schema, CreateAddressRequest, CreateRequestBody, DeleteStateParams, FeedParams,
     PutStateRequest,
 };
+use agentaddress_api::inputs::{ContactBody, SendBody};
 
 /// The tools, one per REST operation they stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +142,7 @@ fn obj(value: Value) -> Arc<JsonObject> {
 /// A tool's input schema: the fields MCP adds (the path parameters and the read token of the
 /// REST request the tool stands for), then the fields of the request's body or query string,
 /// generated from the same struct that the REST handler parses into and `/openapi.json` shows
-/// (`agentaddress_api::request`).
+/// (`agentaddress_api::inputs`).
 fn input_schema(kind: ToolKind) -> Value {
     let address_id =
         json!({"type": "string", "description": ADDRESS_ID, "pattern": "^[A-Za-z0-9_-]{1,64}$"});

@@ -9,10 +9,10 @@ use serde_json::{json, Map, Value};
 
 use agentaddress_api::error::ErrorCode;
 use agentaddress_api::extract::{client_ip, ClientIp};
-use agentaddress_api::outbound_routes::{ContactBody, SendBody};
-use agentaddress_api::request::{
+use agentaddress_api::inputs::{
     field_names, CreateRequestBody, DeleteStateParams, FeedParams, Fields, PutStateRequest,
 };
+use agentaddress_api::inputs::{ContactBody, SendBody};
 
 use crate::catalogue::ToolKind;
 
@@ -94,7 +94,7 @@ fn query_text(arg: Option<&Value>) -> Option<String> {
     }
 }
 
-/// The query parameters of a query struct (`agentaddress_api::request`), from the arguments of
+/// The query parameters of a query struct (`agentaddress_api::inputs`), from the arguments of
 /// the same names.
 fn query<T: Fields>(args: &JsonObject) -> Vec<(String, Option<String>)> {
     field_names::<T>()

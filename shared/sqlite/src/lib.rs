@@ -30,14 +30,15 @@ mod addresses;
 mod append;
 mod backup;
 mod connections;
+mod contacts;
 mod email;
 mod events;
-mod outbound;
 mod purge;
 mod rate_limit;
 mod requests;
 mod rows;
 mod schema;
+mod sends;
 mod state;
 mod viewer;
 

@@ -50,7 +50,7 @@ impl SqliteStore {
                 // Daily counts of days gone (yesterday's is kept: a clock a little behind).
                 conn.execute(
                     "DELETE FROM daily_counts WHERE day < ?1",
-                    [crate::domain::outbound::utc_day(now) - 1],
+                    [crate::domain::mail_out::utc_day(now) - 1],
                 )
                 .map_err(sql_err)?;
                 // A send in delivery stays until it is sent or failed.

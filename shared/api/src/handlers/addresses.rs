@@ -13,7 +13,7 @@ use crate::domain::verification::VerificationConfig;
 use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
-use crate::request::*;
+use crate::inputs::*;
 use crate::store::{NewAddress, StoreError};
 use crate::{json_response, ApiError, AppState};
 

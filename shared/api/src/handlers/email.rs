@@ -14,7 +14,7 @@ use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
 use crate::dto::{ErrorBody, EventRefView};
 use crate::extract::*;
-use crate::request::ReplayEmailRequest;
+use crate::inputs::ReplayEmailRequest;
 use crate::store::Download;
 use crate::{json_response, ApiError, AppState};
 
@@ -153,7 +153,7 @@ pub async fn inbound_email(
     let limits = &state.config.limits;
     let (rcpts, mail_from) = inbound_query(&uri, limits.max_email_recipients)?;
     let raw = read_body(&headers, body, limits.max_email_bytes, "email message").await?;
-    let delivery = agentaddress_email::deliver(
+    let delivery = agentaddress_email::deliver_email(
         state.store.as_ref(),
         &agentaddress_email::Inbound {
             raw: &raw,

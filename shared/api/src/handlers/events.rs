@@ -13,8 +13,8 @@ use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
 use crate::handlers::person_requests::expire_due;
+use crate::inputs::*;
 use crate::page_budget::{self, Charge, MEMORY_WAIT};
-use crate::request::*;
 use crate::{json_response, ApiError, AppState, JSON_CONTENT_TYPE};
 
 /// How soon a long poll checks a request's expiry again when the service's clock has not

@@ -2,6 +2,7 @@
 //! The route table (`crate::routes`) names them through this module.
 
 mod addresses;
+mod contacts;
 mod email;
 pub(crate) mod events;
 mod inbox;
@@ -13,12 +14,12 @@ mod state;
 mod viewer;
 
 pub use addresses::*;
+pub use contacts::*;
 pub use events::*;
 pub use inbox::*;
 pub use service::*;
 pub use state::*;
 
-pub use crate::outbound_routes::*;
 pub use crate::pages::{
     __path_favicon, __path_home, __path_inbox_css, __path_inbox_js, __path_inbox_page,
     __path_llms_full_txt, __path_well_known, favicon, home, inbox_css, inbox_js, inbox_page,

@@ -18,8 +18,8 @@ use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Millis};
 use crate::dto::ErrorBody;
 use crate::extract::*;
+use crate::inputs::{parse_fields, AnswerRequestBody, CreateRequestBody};
 use crate::pages::{page_headers, person_request as request_page};
-use crate::request::{parse_fields, AnswerRequestBody, CreateRequestBody};
 use crate::store::{Answer, AnswerOutcome, IdempotencyClaim, NewRequest, RequestRecord};
 use crate::{json_response, ApiError, AppState};
 

@@ -9,7 +9,7 @@ use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
 use crate::handlers::person_requests::expire_due;
-use crate::request::*;
+use crate::inputs::*;
 use crate::{json_response, ApiError, AppState};
 
 #[utoipa::path(

@@ -22,7 +22,7 @@ use crate::domain::viewer::{
 };
 use crate::dto::ErrorBody;
 use crate::extract::*;
-use crate::request::Fields;
+use crate::inputs::Fields;
 use crate::store::NewViewerCode;
 use crate::{json_response, ApiError, AppState};
 

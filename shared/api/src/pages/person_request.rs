@@ -172,7 +172,7 @@ fn page_markup(r: &RequestRecord, asker: Option<&str>, now: Millis, error: Optio
     layout(&r.title, true, content)
 }
 
-/// The fields of a form-encoded body, for [`super::request::parse_fields`] (a repeated field
+/// The fields of a form-encoded body, for [`super::inputs::parse_fields`] (a repeated field
 /// keeps its first value).
 pub fn form_fields(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
     let mut fields = Map::new();

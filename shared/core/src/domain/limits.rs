@@ -40,7 +40,7 @@ pub struct Limits {
     /// Emails an address may send per UTC day (docs/API.md §16).
     pub sends_per_day: u64,
     /// Contact code mails one recipient mailbox may be sent per UTC day, by all addresses
-    /// together (docs/API.md §16; the mailbox as [`crate::domain::outbound::recipient_key`]).
+    /// together (docs/API.md §16; the mailbox as [`crate::domain::mail_out::recipient_key`]).
     pub code_mails_per_recipient_per_day: u64,
     /// Contact code mails one client (an IPv4 address or an IPv6 /64) may ask for per UTC day,
     /// for all addresses together (docs/API.md §16).

@@ -7,7 +7,7 @@ pub mod envelope;
 pub mod ids;
 pub mod label;
 pub mod limits;
-pub mod outbound;
+pub mod mail_out;
 pub mod request;
 pub mod socket;
 pub mod state;

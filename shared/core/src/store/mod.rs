@@ -9,7 +9,7 @@
 pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod email_conformance;
-mod outbound;
+mod mail_records;
 #[cfg(feature = "conformance")]
 pub mod outbound_conformance;
 #[cfg(feature = "conformance")]
@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
-pub use outbound::{
+pub use mail_records::{
     CodeCheck, CodeIssued, CodeMailCap, ContactRecord, NewCode, NewSend, OutboundMessage,
     SendOutcome, SendRecord, SendRecorded,
 };
@@ -582,11 +582,11 @@ pub trait Store: Send + Sync + 'static {
     /// in one atomic step: the code replaces any earlier one and its tries start at 0. A
     /// confirmed contact is [`CodeIssued::AlreadyConfirmed`] and changes nothing. A new contact
     /// beyond `limits.max_contacts` is [`StoreError::QuotaExceeded`]; a fourth code on one UTC
-    /// day ([`crate::domain::outbound::CODE_MAILS_PER_DAY`]) is [`StoreError::DailyLimit`].
+    /// day ([`crate::domain::mail_out::CODE_MAILS_PER_DAY`]) is [`StoreError::DailyLimit`].
     /// The same step counts the code against two server-wide daily counts (each UTC day's,
     /// whatever the address): the recipient mailbox's
-    /// ([`crate::domain::outbound::code_mails_to_scope`]) and the asking client's
-    /// ([`crate::domain::outbound::code_mails_from_scope`] of `code.client`); one already at
+    /// ([`crate::domain::mail_out::code_mails_to_scope`]) and the asking client's
+    /// ([`crate::domain::mail_out::code_mails_from_scope`] of `code.client`); one already at
     /// `limits.code_mails_per_recipient_per_day` or `limits.code_mails_per_client_per_day` is
     /// [`StoreError::CodeMailCap`], checked in that order after the contact's own limits. A
     /// refusal changes nothing, counts included.
@@ -599,7 +599,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<CodeIssued>;
 
     /// Tries `code_hash` against contact `email`'s current code, in one atomic step that counts
-    /// the try: under concurrent tries at most [`crate::domain::outbound::CODE_TRIES`] are
+    /// the try: under concurrent tries at most [`crate::domain::mail_out::CODE_TRIES`] are
     /// compared. The hashes are compared in constant time. [`StoreError::NotFound`] for an
     /// unknown contact.
     async fn check_contact_code(

@@ -10,7 +10,7 @@ use super::{
     CodeCheck, CodeIssued, IdempotencyClaim, NewCode, NewEvent, NewSend, OutboundMessage,
     SendOutcome, Store, StoreError,
 };
-use crate::domain::outbound::{
+use crate::domain::mail_out::{
     self, code_hash, ContactStatus, SendStatus, CODE_TRIES, CODE_VALID_MS,
 };
 use crate::domain::{ids, Ingress, Limits, Millis};
@@ -64,7 +64,7 @@ fn uncapped() -> Limits {
 
 /// A tag no other case, nor another run on the same table, uses.
 fn unique() -> String {
-    outbound::new_send_id().replace(outbound::SEND_PREFIX, "")
+    mail_out::new_send_id().replace(mail_out::SEND_PREFIX, "")
 }
 
 fn code(address_id: &str, email: &str, digits: &str, now: Millis) -> NewCode {
@@ -107,8 +107,8 @@ async fn with_confirmed_contact(store: &dyn Store) -> String {
 
 /// A send of `subject` to `to` with Idempotency-Key `key` (body hash of `subject`).
 pub fn new_send(address_id: &str, to: &str, key: &str, subject: &str) -> NewSend {
-    let id = outbound::new_send_id();
-    let message_id = outbound::message_id(&id, "mail@agents.example");
+    let id = mail_out::new_send_id();
+    let message_id = mail_out::message_id(&id, "mail@agents.example");
     NewSend {
         claim: IdempotencyClaim {
             key_hash: ids::sha256_hex(key.as_bytes()),
@@ -118,7 +118,7 @@ pub fn new_send(address_id: &str, to: &str, key: &str, subject: &str) -> NewSend
             event_type: "email.sent".into(),
             source: None,
             ingress: Ingress::Outbound,
-            data: outbound::email_sent_data(to, subject, "Hello.", &message_id, None),
+            data: mail_out::email_sent_data(to, subject, "Hello.", &message_id, None),
             http: None,
         },
         message: OutboundMessage {

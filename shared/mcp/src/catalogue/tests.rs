@@ -72,7 +72,7 @@ fn tool_errors_are_catalogue_codes_of_the_operations() {
 
 #[test]
 fn input_schemas_come_from_the_request_structs() {
-    use agentaddress_api::request::{EXPIRES_IN_MAX_SECONDS, FEED_LIMIT_MAX, LABEL_MAX_CHARS};
+    use agentaddress_api::inputs::{EXPIRES_IN_MAX_SECONDS, FEED_LIMIT_MAX, LABEL_MAX_CHARS};
     let input = |name: &str| {
         let tool = TOOLS.iter().find(|t| t.name == name).expect("tool");
         Value::Object(tool.input_schema.as_ref().clone())

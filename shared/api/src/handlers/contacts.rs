@@ -1,6 +1,6 @@
 //! Outbound email to confirmed contacts (docs/API.md §16): `GET`/`POST {root}/email/contacts`
 //! (a code mailed to the contact; the code given back confirms it) and `POST {root}/email/send`
-//! (recorded with its `email.sent` event, then delivered by [`crate::outbound::deliver`]).
+//! (recorded with its `email.sent` event, then delivered by [`crate::send_delivery::attempt_send`]).
 //! Re-exported by `handlers`, so the route table names them like the others.
 
 use std::sync::Arc;
@@ -10,26 +10,24 @@ use axum::extract::{FromRequestParts, State};
 use axum::response::Response;
 use http::request::Parts;
 use http::StatusCode;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::dto::{ErrorBody, EventRefView};
-use super::extract::*;
-use super::outbound::{clean_error, Outbound};
-use super::request::Fields;
-use super::{json_response, ApiError, AppState};
-use crate::domain::outbound::{
-    self, check_subject, check_text, code_hash, is_code_shaped, parse_contact_email, CODE_VALID_MS,
-};
+use crate::domain::mail_out::{self, code_hash, CODE_VALID_MS};
 use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress, Millis};
+use crate::dto::{ErrorBody, EventRefView};
+use crate::extract::*;
 use crate::handlers::person_requests::expire_due;
+use crate::inputs::{ContactBody, SendBody};
 use crate::relay::{Mail, RelayError};
+use crate::send_delivery::{clean_error, Outbound};
 use crate::store::{
     CodeCheck, CodeIssued, CodeMailCap, ContactRecord, IdempotencyClaim, NewCode, NewEvent,
     NewSend, OutboundMessage, StoreError,
 };
+use crate::{json_response, ApiError, AppState};
 
 /// A contact (docs/API.md §16).
 #[derive(Debug, Serialize, ToSchema)]
@@ -70,20 +68,6 @@ pub struct ContactEnvelope {
     pub code_expires_at: Option<String>,
 }
 
-/// Body of `POST {root}/email/contacts`: the email alone mails a code to it; with the code it
-/// confirms the contact.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct ContactBody {
-    /// A plain email address (`ada@example.com`); contacts are lower-cased.
-    #[serde(deserialize_with = "contact_email")]
-    pub email: String,
-    /// The six digits mailed to the contact.
-    #[serde(default, deserialize_with = "code")]
-    pub code: Option<String>,
-}
-
-impl Fields for ContactBody {}
-
 impl JsonRequest for ContactBody {
     /// The largest body of `POST {root}/email/contacts`.
     fn limit(_: &AppState) -> u64 {
@@ -91,59 +75,12 @@ impl JsonRequest for ContactBody {
     }
 }
 
-/// Body of `POST {root}/email/send`.
-#[derive(Debug, Deserialize, ToSchema)]
-pub struct SendBody {
-    /// A confirmed contact.
-    #[serde(deserialize_with = "contact_email")]
-    pub to: String,
-    /// 1 to 200 characters, one line, no `=?`.
-    #[serde(deserialize_with = "subject")]
-    pub subject: String,
-    /// Plain text, at most 10,000 bytes.
-    #[serde(deserialize_with = "text")]
-    pub text: String,
-    /// An `email.received` event of this address: the mail is a reply to it (`In-Reply-To`,
-    /// `References`, `Re: `).
-    #[serde(default)]
-    pub reply_to_event_id: Option<String>,
-}
-
-impl Fields for SendBody {}
-
 impl JsonRequest for SendBody {
     /// The largest body of `POST {root}/email/send`: a 10,000-byte text of escaped characters,
     /// with room for the rest.
     fn limit(_: &AppState) -> u64 {
         64 * 1024
     }
-}
-
-fn contact_email<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_contact_email(&s).map_err(|e| serde::de::Error::custom(e.0))
-}
-
-fn code<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(None),
-        Value::String(s) if is_code_shaped(&s) => Ok(Some(s)),
-        _ => Err(serde::de::Error::custom(
-            "`code` must be the six digits mailed to the contact, as a string (\"012345\")",
-        )),
-    }
-}
-
-fn subject<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    check_subject(&s).map_err(|e| serde::de::Error::custom(e.0))?;
-    Ok(s)
-}
-
-fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-    let s = String::deserialize(d)?;
-    check_text(&s).map_err(|e| serde::de::Error::custom(e.0))?;
-    Ok(s)
 }
 
 /// `POST {root}/email/send`'s answer.
@@ -296,7 +233,7 @@ pub async fn add_contact(
             CodeCheck::Expired => Err(ApiError::CodeExpired),
         };
     }
-    let code = outbound::new_code();
+    let code = mail_out::new_code();
     let expires_at = now + CODE_VALID_MS;
     let issued = state
         .store
@@ -367,7 +304,7 @@ fn code_mail(
     per_day: u64,
     now: Millis,
 ) -> Mail {
-    let id = outbound::new_send_id().replacen(outbound::SEND_PREFIX, "code_", 1);
+    let id = mail_out::new_send_id().replacen(mail_out::SEND_PREFIX, "code_", 1);
     let minutes = CODE_VALID_MS / 60_000;
     Mail {
         from: outbound.from.clone(),
@@ -384,7 +321,7 @@ fn code_mail(
              back, and at most {per_day} codes are mailed to you a day, whoever asks.\r\n",
             format_rfc3339(now + CODE_VALID_MS)
         ),
-        message_id: outbound::message_id(&id, &outbound.from),
+        message_id: mail_out::message_id(&id, &outbound.from),
         in_reply_to: None,
         references: Vec::new(),
     }
@@ -428,11 +365,11 @@ pub async fn send_email(
         None => (subject, None, Vec::new()),
         Some(event_id) => {
             let (parent, refs) = replied_email(&state, &address_id, &event_id, now).await?;
-            (outbound::reply_subject(&subject), parent, refs)
+            (mail_out::reply_subject(&subject), parent, refs)
         }
     };
-    let send_id = outbound::new_send_id();
-    let message_id = outbound::message_id(&send_id, &outbound.from);
+    let send_id = mail_out::new_send_id();
+    let message_id = mail_out::message_id(&send_id, &outbound.from);
     let send = NewSend {
         claim: IdempotencyClaim {
             key_hash: ids::sha256_hex(&key),
@@ -442,7 +379,7 @@ pub async fn send_email(
             event_type: "email.sent".into(),
             source: None,
             ingress: Ingress::Outbound,
-            data: outbound::email_sent_data(
+            data: mail_out::email_sent_data(
                 &to,
                 &subject,
                 &text,
@@ -476,7 +413,7 @@ pub async fn send_email(
             },
             other => other.into(),
         })?;
-    if recorded.status == crate::domain::outbound::SendStatus::Pending {
+    if recorded.status == crate::domain::mail_out::SendStatus::Pending {
         if let Err(e) = outbound
             .dispatch
             .dispatch(&address_id, &recorded.send_id)
@@ -546,7 +483,7 @@ async fn replied_email(
                 .collect()
         })
         .unwrap_or_default();
-    Ok(outbound::threading(
+    Ok(mail_out::threading(
         data["message_id"].as_str(),
         &references,
     ))

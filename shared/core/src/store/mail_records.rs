@@ -1,9 +1,9 @@
 //! What the store keeps of outbound email (docs/API.md §16): contacts with their confirmation
 //! codes, and sends with their delivery state. The [`super::Store`] methods that read and write
 //! them are each one atomic step; the rules they apply are in
-//! [`crate::domain::outbound`].
+//! [`crate::domain::mail_out`].
 
-use crate::domain::outbound::{ContactStatus, SendStatus};
+use crate::domain::mail_out::{ContactStatus, SendStatus};
 use crate::domain::Millis;
 
 use super::{EventRef, IdempotencyClaim, NewEvent};
@@ -12,12 +12,12 @@ use super::{EventRef, IdempotencyClaim, NewEvent};
 /// shows them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContactRecord {
-    /// Lower-cased ([`crate::domain::outbound::parse_contact_email`]).
+    /// Lower-cased ([`crate::domain::mail_out::parse_contact_email`]).
     pub email: String,
     pub status: ContactStatus,
     pub created_at: Millis,
     pub confirmed_at: Option<Millis>,
-    /// The hash of the last code mailed ([`crate::domain::outbound::code_hash`]), until it is
+    /// The hash of the last code mailed ([`crate::domain::mail_out::code_hash`]), until it is
     /// used.
     pub code_hash: Option<String>,
     pub code_expires_at: Option<Millis>,

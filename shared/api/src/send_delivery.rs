@@ -1,7 +1,7 @@
 //! Outbound email's moving parts (docs/API.md §16): the operator's configuration
 //! ([`Outbound`]: sender, relay, how a recorded send is handed on), one delivery attempt
-//! ([`deliver`]: claim, relay, finish — the state machine of a send), and the embedded
-//! deployment's delivery loop ([`DeliveryLoop`]). The routes are in `outbound_routes`.
+//! ([`attempt_send`]: claim, relay, finish — the state machine of a send), and the embedded
+//! deployment's delivery loop ([`DeliveryLoop`]). The routes are in `handlers::contacts`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::{watch, Notify};
 
-use crate::domain::outbound::{self, SEND_ATTEMPTS, SEND_LEASE_MS};
+use crate::domain::mail_out::{self, SEND_ATTEMPTS, SEND_LEASE_MS};
 use crate::domain::{Clock, Ingress, Limits, Millis};
 use crate::relay::{Mail, Relay, RelayError};
 use crate::store::{NewEvent, SendOutcome, SendRecord, Store, StoreError};
@@ -55,7 +55,7 @@ impl Default for RetryPolicy {
     }
 }
 
-/// What one call of [`deliver`] did.
+/// What one call of [`attempt_send`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delivery {
     /// The relay took the message.
@@ -75,7 +75,7 @@ pub enum Delivery {
 /// after a temporary failure, or `email.send_failed` after a permanent one or the last
 /// attempt. An attempt cut off between the relay's answer and the record (a crash) is tried
 /// again after its lease, with the same `Message-ID`.
-pub async fn deliver(
+pub async fn attempt_send(
     store: &dyn Store,
     outbound: &Outbound,
     limits: &Limits,
@@ -101,7 +101,7 @@ pub async fn deliver(
         Ok(()) => (SendOutcome::Sent, Delivery::Sent),
         Err(RelayError::Temporary(error)) if send.attempts < outbound.retry.attempts => {
             let first = i64::try_from(outbound.retry.first.as_millis()).unwrap_or(i64::MAX);
-            let next_attempt_at = now + outbound::retry_delay_ms(first, send.attempts);
+            let next_attempt_at = now + mail_out::retry_delay_ms(first, send.attempts);
             (
                 SendOutcome::Retry {
                     next_attempt_at,
@@ -138,7 +138,7 @@ pub async fn deliver(
 }
 
 /// What a queue consumer does with one message naming send `send_id` of `address_id` (the
-/// send queue on AWS): one [`deliver`] attempt, then when to see the message again — `None`
+/// send queue on AWS): one [`attempt_send`] attempt, then when to see the message again — `None`
 /// when the send is done (sent, failed, its address gone), else the time it is due again (a
 /// retry's, or the end of another attempt's lease), to hide the message until then.
 pub async fn consume_send(
@@ -149,10 +149,10 @@ pub async fn consume_send(
     address_id: &str,
     send_id: &str,
 ) -> Result<Option<Millis>, StoreError> {
-    match deliver(store, outbound, limits, clock, address_id, send_id).await? {
+    match attempt_send(store, outbound, limits, clock, address_id, send_id).await? {
         Delivery::Retrying { next_attempt_at } => Ok(Some(next_attempt_at)),
         Delivery::Skipped => match store.get_send(address_id, send_id, clock.now()).await {
-            Ok(Some(send)) if send.status == crate::domain::outbound::SendStatus::Pending => {
+            Ok(Some(send)) if send.status == crate::domain::mail_out::SendStatus::Pending => {
                 let later = send.next_attempt_at.max(send.lease_until);
                 Ok(Some(later.unwrap_or_else(|| clock.now() + 1_000)))
             }
@@ -185,7 +185,7 @@ fn failed(send: &SendRecord, error: String, permanent: bool) -> SendOutcome {
             event_type: "email.send_failed".into(),
             source: None,
             ingress: Ingress::Outbound,
-            data: outbound::send_failed_data(
+            data: mail_out::send_failed_data(
                 &send.event.id,
                 &send.message.to,
                 &send.message.message_id,
@@ -260,7 +260,7 @@ impl DeliveryLoop {
             match store.due_sends(clock.now(), 64).await {
                 Ok(due) => {
                     let attempts = due.iter().map(|(address_id, send_id)| {
-                        deliver(
+                        attempt_send(
                             store.as_ref(),
                             &outbound,
                             &limits,

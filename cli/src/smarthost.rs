@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentaddress_api::outbound::{DeliveryLoop, Outbound, RetryPolicy};
+use agentaddress_api::send_delivery::{DeliveryLoop, Outbound, RetryPolicy};
 use agentaddress_outbound::{check_relay_url, check_sender, SmtpRelay};
 
 #[derive(Debug, clap::Args)]
@@ -41,7 +41,7 @@ pub struct OutboundArgs {
 
     /// Delivery attempts of a send before it is reported failed. A testing knob.
     #[arg(long, env = "AGENTADDRESS_OUTBOUND_ATTEMPTS", hide = true,
-          default_value_t = agentaddress_core::domain::outbound::SEND_ATTEMPTS,
+          default_value_t = agentaddress_core::domain::mail_out::SEND_ATTEMPTS,
           value_parser = clap::value_parser!(u32).range(1..=20))]
     pub outbound_attempts: u32,
 
