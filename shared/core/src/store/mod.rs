@@ -33,6 +33,8 @@ pub use signal::FeedSignal;
 /// Meaning-based failures of a store operation. The API maps each to one code of docs/API.md §9.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
+    /// The store's truth; the API answers it 401 `unauthorized`, like a wrong token, so that
+    /// nobody can tell an unknown address from a known one (docs/API.md §0).
     #[error("no such address")]
     AddressNotFound,
     #[error("the address was deleted or has expired")]
