@@ -303,7 +303,8 @@ async fn asker(state: &AppState, r: &RequestRecord, now: Millis) -> Option<Strin
     request_body(content = AnswerRequestBody, description = "The page's form (`application/x-www-form-urlencoded`), or the same fields as JSON", content_type = "application/x-www-form-urlencoded"),
     responses(
         (status = 303, description = "Form: answered (or closed already); `Location` is the page, which shows the decision"),
-        (status = 200, description = "JSON: answered", body = RequestEnvelope),
+        (status = 200, description = "JSON: answered; a form that is refused (no option chosen, a required comment missing) gets the page again with the reason, as HTML, and nothing is recorded",
+         content((RequestEnvelope = "application/json"), (String = "text/html"))),
         (status = 400, body = ErrorBody),
         (status = 404, description = "An unknown request, a wrong secret or a gone address (JSON for a JSON answer, else the plain page)",
          content((ErrorBody = "application/json"), (String = "text/html"))),
