@@ -66,6 +66,10 @@ EMAIL_MAX_RECEIVE_COUNT = 5
 # The send queue (template.yaml's SendQueue): six attempts, and the receipts that only find the
 # send not yet due, before the DLQ.
 SEND_VISIBILITY_TIMEOUT = "60"
+# The wake queue (template.yaml's WakeQueue): a message comes back after this when its handling
+# failed; the wake function hides it until its address is due otherwise.
+WAKE_VISIBILITY_TIMEOUT = "60"
+WAKE_MAX_RECEIVE_COUNT = 30
 SEND_MAX_RECEIVE_COUNT = 20
 EMAIL_PREFIX = "inbound/"
 # The Id of the bucket's queue configuration; other configurations of the bucket are kept.
@@ -337,6 +341,11 @@ def main():
         help="the outbound send queue's name (its DLQ is NAME-dlq); empty: none (default)",
     )
     parser.add_argument(
+        "--wake-queue",
+        default="",
+        help="the wake hooks' queue's name (its DLQ is NAME-dlq); empty: none (default)",
+    )
+    parser.add_argument(
         "--ses-identity",
         default="",
         help="an SES identity (a domain) to verify, so that outbound email may be sent from it "
@@ -437,6 +446,21 @@ def main():
             f"queue {args.send_queue}: {state} ({send_url}; visibility {SEND_VISIBILITY_TIMEOUT}s, "
             f"after {SEND_MAX_RECEIVE_COUNT} receives -> {send_dlq_name})"
         )
+    wake_url = wake_dlq_url = ""
+    if args.wake_queue:
+        wake_dlq_name = f"{args.wake_queue}-dlq"
+        wake_dlq_url, wake_dlq_arn, state = ensure_queue(
+            sqs, wake_dlq_name, {"MessageRetentionPeriod": DLQ_RETENTION_SECONDS}
+        )
+        log(f"queue {wake_dlq_name}: {state} ({wake_dlq_url})")
+        redrive = json.dumps({"deadLetterTargetArn": wake_dlq_arn, "maxReceiveCount": str(WAKE_MAX_RECEIVE_COUNT)})
+        wake_url, _, state = ensure_queue(
+            sqs, args.wake_queue, {"VisibilityTimeout": WAKE_VISIBILITY_TIMEOUT, "RedrivePolicy": redrive}
+        )
+        log(
+            f"queue {args.wake_queue}: {state} ({wake_url}; visibility {WAKE_VISIBILITY_TIMEOUT}s, "
+            f"after {WAKE_MAX_RECEIVE_COUNT} receives -> {wake_dlq_name})"
+        )
     if args.ses_identity:
         ses = sess.client("ses", config=cfg)
         ses.verify_domain_identity(Domain=args.ses_identity)
@@ -452,6 +476,9 @@ def main():
     if send_url:
         print(f"SEND_QUEUE_URL={send_url}")
         print(f"SEND_DLQ_URL={send_dlq_url}")
+    if wake_url:
+        print(f"WAKE_QUEUE_URL={wake_url}")
+        print(f"WAKE_DLQ_URL={wake_dlq_url}")
 
 
 if __name__ == "__main__":

@@ -49,11 +49,8 @@ pub enum Since {
 /// Delivers `samples` events of `event_type` round-robin over `addresses` at
 /// [`DELIVERIES_PER_S`]; `arrivals` reports (address index, moment) as the waiters see them.
 pub async fn delivery_delays(
-    addresses: &[Address],
-    samples: usize,
-    event_type: &str,
-    arrivals: &mut mpsc::UnboundedReceiver<(usize, Instant)>,
-    since: Since,
+    addresses: &[Address], samples: usize, event_type: &str,
+    arrivals: &mut mpsc::UnboundedReceiver<(usize, Instant)>, since: Since,
 ) -> Result<Delays, String> {
     let gap = Duration::from_micros(1_000_000 / DELIVERIES_PER_S);
     let mut sent: HashMap<usize, Instant> = HashMap::new();
@@ -154,9 +151,7 @@ pub async fn start(agentaddress: &Path, db: &Path) -> Result<(Child, String), St
 }
 
 pub async fn create_addresses(
-    http: &reqwest::Client,
-    base: &str,
-    n: usize,
+    http: &reqwest::Client, base: &str, n: usize,
 ) -> Result<Vec<Address>, String> {
     let url = format!("{base}/api/v1/addresses");
     let results: Vec<Result<Address, String>> = futures::stream::iter(0..n)

@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod email;
+pub mod hooks;
 pub mod mcp;
 pub mod requests;
 pub mod scenarios;
@@ -131,7 +132,7 @@ impl Client {
             .timeout(Duration::from_secs(40))
             .pool_max_idle_per_host(64)
             .build()
-            .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"));
+            .expect("cannot build an HTTP client");
         Self {
             base: base.trim_end_matches('/').to_owned(),
             http,
@@ -165,11 +166,7 @@ impl Client {
 
     /// Sends a request; `path_or_url` may be absolute or a path under the base URL.
     pub async fn send(
-        &self,
-        method: &str,
-        path_or_url: &str,
-        token: Option<&str>,
-        headers: &[(&str, &str)],
+        &self, method: &str, path_or_url: &str, token: Option<&str>, headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Resp {
         let url = if path_or_url.starts_with("http") {
@@ -217,11 +214,7 @@ impl Client {
     }
 
     async fn send_once(
-        &self,
-        method: &reqwest::Method,
-        url: &str,
-        token: Option<&str>,
-        headers: &[(&str, &str)],
+        &self, method: &reqwest::Method, url: &str, token: Option<&str>, headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Result<Resp, String> {
         let mut req = self.http.request(method.clone(), url);
@@ -295,11 +288,7 @@ impl Client {
     /// [`Client::send`], waiting out `429 rate_limited` (tests running at once share a
     /// deployment's rate limits, such as the creation limit); the first other answer.
     pub async fn send_past_limit(
-        &self,
-        method: &str,
-        path_or_url: &str,
-        token: Option<&str>,
-        headers: &[(&str, &str)],
+        &self, method: &str, path_or_url: &str, token: Option<&str>, headers: &[(&str, &str)],
         body: Option<Vec<u8>>,
     ) -> Resp {
         for _ in 0..5 {
@@ -407,12 +396,8 @@ mod tests {
 
     /// A server whose first connection is closed without an answer; later ones get a 200.
     async fn drops_the_first_request() -> String {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("local_addr: {e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
         tokio::spawn(async move {
             let mut first = true;
             while let Ok((mut sock, _)) = listener.accept().await {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::{Address, Client};
 
 /// The tools the endpoint must list, in this order.
-pub const TOOLS: [&str; 11] = [
+pub const TOOLS: [&str; 12] = [
     "create_return_address",
     "poll_events",
     "acknowledge_event",
@@ -25,6 +25,7 @@ pub const TOOLS: [&str; 11] = [
     "list_contacts",
     "add_contact",
     "send_email",
+    "add_wake_hook",
 ];
 
 /// How long a handshake or a tool call may take before the test fails with a message (rmcp's

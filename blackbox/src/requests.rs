@@ -28,7 +28,7 @@ fn no_redirects() -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(40))
         .build()
-        .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
+        .expect("cannot build an HTTP client")
 }
 
 /// Sends the page's form to `url` as a browser would.
@@ -109,7 +109,7 @@ pub async fn a_person_answers_while_the_agent_waits(c: &Client) {
     .await;
     assert_eq!(answered.status(), 303, "the form answers See Other");
 
-    let (feed, waited) = poll.await.unwrap_or_else(|e| panic!("poll task: {e}"));
+    let (feed, waited) = poll.await.expect("poll task");
     let feed: &Resp = &feed;
     feed.expect_status(200, "the waiting poll");
     assert!(
@@ -161,7 +161,7 @@ pub async fn concurrent_answers_record_one(c: &Client, answers: usize) {
         .collect();
     let mut won = Vec::new();
     for t in tasks {
-        let r = t.await.unwrap_or_else(|e| panic!("answer task: {e}"));
+        let r = t.await.expect("answer task");
         match r.status {
             200 => won.push(r.json["request"]["answer"].clone()),
             409 => assert_eq!(r.code(), "request_closed", "{}", r.text),

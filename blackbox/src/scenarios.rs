@@ -89,7 +89,7 @@ pub async fn agent_life(c: &Client) {
     c.deliver(&a, &json!({"type": "demo.second"}), None)
         .await
         .expect_status(202, "second delivery");
-    let (r, _) = poller.await.unwrap_or_else(|e| panic!("poller task: {e}"));
+    let (r, _) = poller.await.expect("poller task");
     let woke_after = delivered_at.elapsed();
     r.expect_status(200, "long poll");
     assert_eq!(
@@ -464,7 +464,7 @@ pub async fn limits(c: &Client) {
             })
             .collect();
         for t in batch {
-            let r = t.await.unwrap_or_else(|e| panic!("delivery task: {e}"));
+            let r = t.await.expect("delivery task");
             r.expect_status(202, "delivery within quota");
             sent += 1;
         }
@@ -677,7 +677,7 @@ pub async fn concurrent_cas_increments(c: &Client, clients: usize, attempts: usi
     let mut successes = 0;
     let mut conflicts = 0;
     for w in workers {
-        let (ok, conf) = w.await.unwrap_or_else(|e| panic!("worker: {e}"));
+        let (ok, conf) = w.await.expect("worker");
         successes += ok;
         conflicts += conf;
     }

@@ -89,7 +89,7 @@ pub async fn next_or_close(ws: &mut Ws) -> Said {
 pub async fn send(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into()))
         .await
-        .unwrap_or_else(|e| panic!("send a frame: {e}"));
+        .expect("send a frame");
 }
 
 /// The next text frame as JSON (within 10 s), or `None` when the socket closed.
@@ -325,10 +325,7 @@ pub async fn sockets_and_subscriptions_are_capped(c: &Client) {
 /// Binary frames, invalid JSON, `subscribes` subscribes and a 1 MB frame: refused or closed,
 /// and the deployment goes on answering (`health` is a URL that must still answer 200).
 pub async fn hostile_frames_never_crash_anything(
-    c: &Client,
-    d: Deployment,
-    subscribes: usize,
-    health: &str,
+    c: &Client, d: Deployment, subscribes: usize, health: &str,
 ) {
     let a = c.new_address().await;
     let url = ws_url(&a);

@@ -67,30 +67,24 @@ pub fn http_client() -> reqwest::Client {
         .connect_timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(0)
         .build()
-        .unwrap_or_else(|e| panic!("cannot build an HTTP client: {e}"))
+        .expect("cannot build an HTTP client")
 }
 
 impl Stream {
     /// `GET {root}/events/stream{query}` with the address's token and these extra headers.
     pub async fn open(
-        http: &reqwest::Client,
-        a: &Address,
-        query: &str,
-        headers: &[(&str, &str)],
+        http: &reqwest::Client, a: &Address, query: &str, headers: &[(&str, &str)],
     ) -> Stream {
         Self::open_with_token(http, a, query, Some(&a.token), headers).await
     }
 
     pub async fn open_with_token(
-        http: &reqwest::Client,
-        a: &Address,
-        query: &str,
-        token: Option<&str>,
+        http: &reqwest::Client, a: &Address, query: &str, token: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Stream {
         Self::try_open_with_token(http, a, query, token, headers)
             .await
-            .unwrap_or_else(|e| panic!("GET events/stream: {e}"))
+            .expect("GET events/stream")
     }
 
     /// [`Stream::open`], with a failure to send (e.g. a connection the server refused as it
@@ -100,10 +94,7 @@ impl Stream {
     }
 
     async fn try_open_with_token(
-        http: &reqwest::Client,
-        a: &Address,
-        query: &str,
-        token: Option<&str>,
+        http: &reqwest::Client, a: &Address, query: &str, token: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Result<Stream, reqwest::Error> {
         let mut req = http.get(format!("{}/stream{query}", a.events_url));
@@ -130,7 +121,7 @@ impl Stream {
             .response
             .bytes()
             .await
-            .unwrap_or_else(|e| panic!("reading an error answer: {e}"));
+            .expect("reading an error answer");
         serde_json::from_slice(&bytes)
             .unwrap_or_else(|e| panic!("an error answer is JSON ({e}): {bytes:?}"))
     }
@@ -141,8 +132,8 @@ impl Stream {
         loop {
             if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                let line = String::from_utf8(line[..line.len() - 1].to_vec())
-                    .unwrap_or_else(|e| panic!("a line is UTF-8: {e}"));
+                let line =
+                    String::from_utf8(line[..line.len() - 1].to_vec()).expect("a line is UTF-8");
                 assert!(!line.contains('\r'), "lines end with LF alone: {line:?}");
                 if line.is_empty() {
                     if self.fields.is_empty() {

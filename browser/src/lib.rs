@@ -247,10 +247,10 @@ impl Browser {
         self.wd
             .active_element()
             .await
-            .unwrap_or_else(|e| panic!("the focused element: {e}"))
+            .expect("the focused element")
             .send_keys(keys)
             .await
-            .unwrap_or_else(|e| panic!("send keys: {e}"));
+            .expect("send keys");
     }
 
     /// Saves a screenshot as `target/screenshots/{name}.png`; returns its path.
@@ -361,9 +361,7 @@ struct BrowserLog;
 
 impl WebDriverCompatibleCommand for BrowserLog {
     fn endpoint(
-        &self,
-        base_url: &url::Url,
-        session_id: Option<&str>,
+        &self, base_url: &url::Url, session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
         base_url.join(&format!("session/{}/se/log", session_id.unwrap_or("")))
     }
@@ -382,9 +380,7 @@ struct Cdp {
 
 impl WebDriverCompatibleCommand for Cdp {
     fn endpoint(
-        &self,
-        base_url: &url::Url,
-        session_id: Option<&str>,
+        &self, base_url: &url::Url, session_id: Option<&str>,
     ) -> Result<url::Url, url::ParseError> {
         base_url.join(&format!(
             "session/{}/goog/cdp/execute",
@@ -411,7 +407,7 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
+        .expect("no free port")
 }
 
 /// Whether chromedriver at `url` answers `/status` within 10 s.

@@ -81,7 +81,7 @@ pub async fn a_person_answers_while_the_agent_waits(d: &Deployment<'_>) {
         .await;
     b.screenshot(&format!("{}-request-answered", d.label)).await;
 
-    let r = poll.await.unwrap_or_else(|e| panic!("poll task: {e}"));
+    let r = poll.await.expect("poll task");
     r.expect_status(200, "the waiting poll");
     let e = &r.json["events"][0];
     assert_eq!(e["type"], "request.answered", "{}", r.text);

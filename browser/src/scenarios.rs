@@ -616,11 +616,7 @@ pub async fn hostile_content_is_text(d: &Deployment<'_>) {
 /// over 4 MiB) — `through_link` says which the deployment must take. `a`'s feed must hold one
 /// `email.received` event whose one attachment is `expected`.
 pub async fn attachment_is_saved(
-    c: &Client,
-    a: &Address,
-    label: &str,
-    expected: &[u8],
-    through_link: bool,
+    c: &Client, a: &Address, label: &str, expected: &[u8], through_link: bool,
 ) {
     let events = c.read_all(a).await;
     let mail = events
@@ -1012,9 +1008,7 @@ pub async fn sign_in_link(d: &Deployment<'_>, a: &Address, link: &str) {
         "nothing elsewhere"
     );
     // A reload stays signed in (from session storage), and redeems nothing again.
-    b.wd.refresh()
-        .await
-        .unwrap_or_else(|e| panic!("reload: {e}"));
+    b.wd.refresh().await.expect("reload");
     viewer_is_live(&b).await;
     b.until(SOON, "the event again after a reload", ROW, &[json!(id)])
         .await;

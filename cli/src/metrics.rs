@@ -19,8 +19,7 @@ const UPKEEP: Duration = Duration::from_secs(5);
 /// Installs the Prometheus recorder and serves `GET /metrics` on `addr` until `shutdown`;
 /// returns the address bound and the server's task.
 pub async fn serve(
-    addr: SocketAddr,
-    mut shutdown: watch::Receiver<bool>,
+    addr: SocketAddr, mut shutdown: watch::Receiver<bool>,
 ) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentaddress_api::config::ServiceConfig;
+use agentaddress_aws::handle_purge_message;
+use agentaddress_aws::AwsConfig;
 use agentaddress_core::domain::{Clock, SystemClock};
-use agentaddress_dynamodb::handle_purge_message;
-use agentaddress_dynamodb::AwsConfig;
 
 /// The deployment's table and purge queue (`--table`, `--purge-queue-url`, or their
 /// environment variables: the same as the functions'), and the service settings.
@@ -35,7 +35,7 @@ async fn work(args: PurgeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let sdk = agentaddress_aws::sdk_config().await;
     let mut store = args.aws.store_with(&sdk, args.service.tombstone_seconds);
     // A purge that needs more steps sends its address to the queue again.
     if let Some(queue) = args.aws.purge_queue_with(&sdk) {
@@ -76,7 +76,7 @@ async fn work(args: PurgeArgs) -> ExitCode {
             match handle_purge_message(
                 &store,
                 body,
-                agentaddress_dynamodb::PURGE_STEPS_PER_MESSAGE,
+                agentaddress_aws::PURGE_STEPS_PER_MESSAGE,
                 SystemClock.now(),
             )
             .await

@@ -14,8 +14,10 @@ use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::page_budget::PageBudget;
 use agentaddress_api::stream::{self, StreamSettings};
 use agentaddress_api::telemetry::{self, LogFormat};
+use agentaddress_api::wake_delivery::{WakeLoop, Waking};
 use agentaddress_api::{ApiConfig, AppState, WsEndpoint};
 use agentaddress_core::domain::{Clock, SystemClock};
+use agentaddress_core::relay::HookCaller;
 use agentaddress_core::store::Store;
 use agentaddress_sqlite::{SqliteOptions, SqliteStore, Synchronous, MAX_GROUP};
 
@@ -255,7 +257,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         ));
         (outbound, task)
     });
+    let hook_caller: Arc<dyn HookCaller> = Arc::new(agentaddress_outbound::wake::WakeSender::new(
+        args.service.allow_private_hooks,
+    )?);
     let state = AppState::new(Arc::clone(&store), config)
+        .with_hook_caller(Some(Arc::clone(&hook_caller)))
         .with_outbound(delivery.as_ref().map(|(o, _)| Arc::clone(o)))
         .with_clock(Arc::clone(&clock))
         .with_shutdown(shutdown_rx.clone())
@@ -340,6 +346,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = writeln!(err, "{}", banner.lines().join("\n")).and_then(|()| err.flush());
     }
     let base = banner.base();
+    // The wake loop (docs/API.md §19): woken by the commits that give a hook something to do.
+    let waking = tokio::spawn(WakeLoop::default().run(
+        Arc::clone(&store),
+        Arc::new(Waking {
+            caller: hook_caller,
+            base_url: base.to_string(),
+        }),
+        retention.clone(),
+        Arc::clone(&clock),
+        shutdown_rx.clone(),
+    ));
     tracing::info!(
         %local,
         api = %format_args!("{base}/api/v1"),
@@ -401,6 +418,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = metrics.await;
     }
     let _ = sweeper.await;
+    let _ = waking.await;
     if let Some((_, task)) = delivery {
         let _ = task.await;
     }

@@ -61,10 +61,7 @@ impl clap::builder::TypedValueParser for RelayUrlParser {
     type Value = String;
 
     fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
+        &self, cmd: &clap::Command, _arg: Option<&clap::Arg>, value: &std::ffi::OsStr,
     ) -> Result<String, clap::Error> {
         let broken = match value.to_str() {
             Some(url) => match check_relay_url(url) {

@@ -174,11 +174,8 @@ async fn run(mut socket: WebSocket, sockets: Sockets) {
 /// (and drops the subscription) when the address no longer lives. `false`: the socket is
 /// closed.
 async fn tell(
-    socket: &mut WebSocket,
-    state: &AppState,
-    address_id: &str,
-    subs: &mut HashMap<String, Subscription>,
-    wakeups: &mut StreamMap<String, WatchStream<u64>>,
+    socket: &mut WebSocket, state: &AppState, address_id: &str,
+    subs: &mut HashMap<String, Subscription>, wakeups: &mut StreamMap<String, WatchStream<u64>>,
     counts: &SocketCounts,
 ) -> bool {
     let Some(sub) = subs.get_mut(address_id) else {
@@ -211,11 +208,8 @@ async fn tell(
 
 /// Answers one client frame.
 async fn handle(
-    frame: &str,
-    state: &AppState,
-    signal: &agentaddress_core::store::FeedSignal,
-    counts: &SocketCounts,
-    subs: &mut HashMap<String, Subscription>,
+    frame: &str, state: &AppState, signal: &agentaddress_core::store::FeedSignal,
+    counts: &SocketCounts, subs: &mut HashMap<String, Subscription>,
     wakeups: &mut StreamMap<String, WatchStream<u64>>,
 ) -> Option<Value> {
     let frame = match protocol::parse(frame) {

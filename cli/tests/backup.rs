@@ -40,11 +40,7 @@ fn rebase(a: &Address, from: &str, to: &str) -> Address {
 /// One writer: deliveries with an Idempotency-Key and state writes to its own key, until
 /// `stop`; records what was acknowledged.
 async fn writer(
-    c: Client,
-    a: Address,
-    ai: usize,
-    w: usize,
-    acked: Arc<Mutex<Acked>>,
+    c: Client, a: Address, ai: usize, w: usize, acked: Arc<Mutex<Acked>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let mut n = 0u64;
@@ -117,12 +113,12 @@ fn backup(db: &Path, out: &Path) -> std::process::Output {
         .arg("--out")
         .arg(out)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run agentaddress backup: {e}"))
+        .expect("cannot run agentaddress backup")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consistent_feed() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("live.db");
     let copy = dir.path().join("backup.db");
     let limits = [
@@ -173,7 +169,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
     let (db2, copy2) = (db.clone(), copy.clone());
     let out = tokio::task::spawn_blocking(move || backup(&db2, &copy2))
         .await
-        .unwrap_or_else(|e| panic!("backup task: {e}"));
+        .expect("backup task");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -184,7 +180,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in tasks {
-        t.await.unwrap_or_else(|e| panic!("writer: {e}"));
+        t.await.expect("writer");
     }
     // The live feeds, for the prefix check.
     let mut live_feeds = Vec::new();
@@ -264,7 +260,7 @@ async fn a_backup_under_write_load_restores_every_acknowledged_write_and_a_consi
 /// of this build prints (README, "Backups").
 #[test]
 fn the_readme_shows_the_schema_version_a_backup_prints() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("fresh.db");
     drop(
         agentaddress_sqlite::SqliteStore::open(&db, agentaddress_sqlite::Synchronous::Full)
@@ -280,7 +276,7 @@ fn the_readme_shows_the_schema_version_a_backup_prints() {
         .unwrap_or_else(|| panic!("no schema version in {said:?}"));
     assert!(version.parse::<u32>().is_ok_and(|v| v >= 7), "{said}");
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .unwrap_or_else(|e| panic!("read README.md: {e}"));
+        .expect("read README.md");
     let example = readme
         .lines()
         .find(|l| l.starts_with("# → backed up "))
@@ -293,7 +289,7 @@ fn the_readme_shows_the_schema_version_a_backup_prints() {
 
 #[test]
 fn refusals_change_nothing() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     // No such database: no file is made.
     let out = backup(&dir.path().join("none.db"), &dir.path().join("a.db"));
     assert!(!out.status.success());
@@ -301,7 +297,7 @@ fn refusals_change_nothing() {
     assert!(!dir.path().join("a.db").exists());
     // Not a database of ours.
     let junk = dir.path().join("junk.db");
-    std::fs::write(&junk, b"not sqlite at all").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&junk, b"not sqlite at all").unwrap();
     let out = backup(&junk, &dir.path().join("b.db"));
     assert!(!out.status.success(), "{out:?}");
     assert!(!dir.path().join("b.db").exists());
@@ -312,7 +308,7 @@ fn refusals_change_nothing() {
     );
     // An existing destination is never overwritten.
     let existing = dir.path().join("c.db");
-    std::fs::write(&existing, b"keep me").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&existing, b"keep me").unwrap();
     let out = backup(&junk, &existing);
     assert!(!out.status.success());
     assert_eq!(std::fs::read(&existing).unwrap_or_default(), b"keep me");

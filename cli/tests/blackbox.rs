@@ -30,7 +30,7 @@ async fn spawn(db: &Path, listen: &str) -> (Child, String) {
 
 impl Server {
     async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+        let dir = tempfile::tempdir().expect("temp dir");
         let db = dir.path().join("agentaddress.db");
         let (child, base) = spawn(&db, "127.0.0.1:0").await;
         let listen = base.trim_start_matches("http://").to_owned();
@@ -48,10 +48,7 @@ impl Restartable for Server {
     fn restart(&mut self) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
             if let Some(mut child) = self.child.take() {
-                child
-                    .kill()
-                    .await
-                    .unwrap_or_else(|e| panic!("SIGKILL the server: {e}"));
+                child.kill().await.expect("SIGKILL the server");
             }
             let mut last = None;
             for _ in 0..50 {

@@ -18,7 +18,7 @@ struct Serve {
 }
 
 async fn serve(extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let mut args = vec!["--email-ingest-secret", SECRET];
     args.extend_from_slice(extra);
     let (child, base) =
@@ -176,11 +176,10 @@ async fn the_cli_link_signs_the_viewer_in_once() {
     let a = s.client.new_address().await;
     let mut cli = client_harness::Cli::new(&s.client.base);
     let file = cli.scratch("token");
-    std::fs::write(&file, &a.token).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, &a.token).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let file = file.display().to_string();
     cli.ok(&["import", "viewer", "--id", &a.id, "--token-file", &file])

@@ -80,16 +80,26 @@ fn assert_mix(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checker_finds_no_anomaly_on_serve_with_default_settings() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let (_server, base) = spawn(&dir.path().join("agentaddress.db"), "127.0.0.1:0").await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_server, base) = common::spawn_serve(
+        &dir.path().join("agentaddress.db"),
+        "127.0.0.1:0",
+        &[
+            "--email-ingest-secret",
+            INGEST_SECRET,
+            "--allow-private-hooks",
+        ],
+    )
+    .await;
     let ops = 20_000;
     let mut config = Config::new(&base, ops, 16, seed(20_261_130));
     config.verbose = true;
+    // Every address has a wake hook for the deliveries, to a receiver on loopback: each
+    // delivery must be covered by a signed wake.
+    config.wakes = true;
     config.email_ingest_secret = Some(INGEST_SECRET.into());
     println!("agentaddress-check: seed {}", config.seed);
-    let report = check::run(config)
-        .await
-        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+    let report = check::run(config).await.expect("the check could not run");
     show(&report);
     assert!(
         report.ops >= ops,
@@ -107,10 +117,8 @@ async fn checker_finds_no_anomaly_on_serve_with_default_settings() {
 
 /// A free TCP port on 127.0.0.1 (the server is restarted on the same one).
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("bind: {e}"));
-    l.local_addr()
-        .unwrap_or_else(|e| panic!("local_addr: {e}"))
-        .port()
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("local_addr").port()
 }
 
 async fn restart(db: &Path, listen: &str, base: &str) -> Child {
@@ -132,7 +140,7 @@ async fn restart(db: &Path, listen: &str, base: &str) -> Child {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn checker_finds_no_anomaly_while_serve_is_killed_and_restarted() {
     const KILLS: usize = 6;
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("agentaddress.db");
     let listen = format!("127.0.0.1:{}", free_port());
     let (first, base) = spawn(&db, &listen).await;
@@ -162,13 +170,8 @@ async fn checker_finds_no_anomaly_while_serve_is_killed_and_restarted() {
             break;
         }
         if let Some(mut child) = server.take() {
-            child
-                .start_kill()
-                .unwrap_or_else(|e| panic!("SIGKILL the server: {e}"));
-            child
-                .wait()
-                .await
-                .unwrap_or_else(|e| panic!("reap the killed server: {e}"));
+            child.start_kill().expect("SIGKILL the server");
+            child.wait().await.expect("reap the killed server");
         }
         kills.push(progress.issued());
         // Down for a moment: requests in flight were cut, new ones are refused.
@@ -177,8 +180,8 @@ async fn checker_finds_no_anomaly_while_serve_is_killed_and_restarted() {
     }
     let report = checker
         .await
-        .unwrap_or_else(|e| panic!("the checker task failed: {e}"))
-        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+        .expect("the checker task failed")
+        .expect("the check could not run");
     show(&report);
     println!(
         "SIGKILLed and restarted {} times, at requests {kills:?}; {} requests had an unknown outcome",

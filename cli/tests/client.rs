@@ -16,7 +16,7 @@ struct Server {
 }
 
 async fn server() -> Server {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) = common::spawn_serve(&dir.path().join("a.db"), "127.0.0.1:0", &[]).await;
     Server {
         _child: child,
@@ -49,10 +49,10 @@ async fn agent_workflow() {
 async fn create_with_a_signing_secret() {
     let s = server().await;
     let mut cli = Cli::new(&s.base);
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
     let secret = "gh-secret-7f3a9c0e5b1d2f4a6c8e";
     let file = dir.path().join("secret");
-    std::fs::write(&file, format!("{secret}\n")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
     let path = file.to_string_lossy().into_owned();
     let out = cli
         .ok(&[
@@ -73,7 +73,7 @@ async fn create_with_a_signing_secret() {
         "GitHub signs no timestamp: no tolerance_seconds (docs/API.md §15)"
     );
     assert!(!out.to_string().contains(secret));
-    let saved = std::fs::read_to_string(cli.file("hooks")).unwrap_or_else(|e| panic!("{e}"));
+    let saved = std::fs::read_to_string(cli.file("hooks")).unwrap();
     assert!(!saved.contains(secret), "{saved}");
     // The trailing newline was not part of the secret: GitHub's signature of the body verifies.
     let inbox = out["inbox_url"].as_str().unwrap_or_default().to_owned();
@@ -83,7 +83,7 @@ async fn create_with_a_signing_secret() {
     for (k, v) in &headers {
         req = req.header(k.as_str(), v.as_str());
     }
-    let r = req.send().await.unwrap_or_else(|e| panic!("{e}"));
+    let r = req.send().await.unwrap();
     assert_eq!(r.status().as_u16(), 202);
     // A Stripe secret must start with whsec_: refused by the server, without echoing it.
     let out = cli
@@ -110,7 +110,7 @@ async fn create_refuses_an_existing_task_unless_forced() {
     let first = cli.ok(&["create", "t1"]).await;
     assert_eq!(first["expires_at"], serde_json::Value::Null);
     let old_token = cli.token("t1");
-    let before = std::fs::read(cli.file("t1")).unwrap_or_else(|e| panic!("{e}"));
+    let before = std::fs::read(cli.file("t1")).unwrap();
 
     let error = cli.fails(&["create", "t1"], 6, "task_exists").await;
     assert!(error["message"]
@@ -118,7 +118,7 @@ async fn create_refuses_an_existing_task_unless_forced() {
         .unwrap_or_default()
         .contains("--force"));
     assert_eq!(
-        std::fs::read(cli.file("t1")).unwrap_or_else(|e| panic!("{e}")),
+        std::fs::read(cli.file("t1")).unwrap(),
         before,
         "the file must not change"
     );
@@ -143,11 +143,10 @@ async fn permissions_of_the_credentials() {
     let s = server().await;
     let mut cli = Cli::new(&s.base);
     // An existing directory open to others is tightened; the file is 0600 whatever the umask.
-    std::fs::create_dir(&cli.home).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&cli.home).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&cli.home, std::fs::Permissions::from_mode(0o755))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&cli.home, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     cli.ok(&["create", "perm"]).await;
     assert_eq!(mode(&cli.home), 0o700);
@@ -202,7 +201,7 @@ async fn errors() {
 
     // Bad JSON input, a missing file, bad keys: refused before any request.
     let bad = cli.scratch("bad.json");
-    std::fs::write(&bad, b"{\"step\": 1,").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&bad, b"{\"step\": 1,").unwrap();
     let bad = bad.display().to_string();
     let e = cli
         .fails(&["state", "set", "t", "k", &bad], 2, "invalid_json")
@@ -248,7 +247,7 @@ async fn errors() {
         .await;
     // A value too large for the state limits.
     let big = cli.scratch("big.json");
-    std::fs::write(&big, json!("x".repeat(70_000)).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&big, json!("x".repeat(70_000)).to_string()).unwrap();
     let out = cli
         .run(&["state", "set", "t", "big", &big.display().to_string()])
         .await;
@@ -293,7 +292,7 @@ async fn errors() {
         .bearer_auth(&token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .status();
     assert_eq!(status, 204);
     cli.fails(&["poll", "t"], 5, "address_gone").await;
@@ -304,13 +303,12 @@ async fn errors() {
     let mut saved = cli.saved("t");
     let wrong = "aat_wrongwrongwrongwrongwrongwrongwrongwrong";
     saved["read_token"] = json!(wrong);
-    std::fs::write(&path, saved.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&path, saved.to_string()).unwrap();
     cli.fails(&["poll", "t"], 5, "unauthorized").await;
     cli.assert_never_printed(wrong);
 
     // A corrupt credentials file.
-    std::fs::write(&path, b"{\"read_token\": \"aat_secretsecretsecret\",")
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&path, b"{\"read_token\": \"aat_secretsecretsecret\",").unwrap();
     cli.fails(&["poll", "t"], 1, "credentials_error").await;
     cli.assert_never_printed("aat_secretsecretsecret");
 
@@ -355,7 +353,7 @@ async fn server_url_resolution() {
 async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
     use base64::Engine;
     const SECRET: &str = "client-test-ingest-secret-012345";
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (_child, base) = common::spawn_serve(
         &dir.path().join("a.db"),
         "127.0.0.1:0",
@@ -380,7 +378,7 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
         .body(raw)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("ingest: {e}"));
+        .expect("ingest");
     assert_eq!(r.status(), 200);
     let page = cli.ok(&["poll", "mail"]).await;
     let event = &page["events"][0];
@@ -391,7 +389,7 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
         .to_owned();
 
     let work = cli.scratch("work/inner");
-    std::fs::create_dir_all(&work).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&work).unwrap();
     cli.cwd = Some(work.clone());
     let saved = cli.ok(&["attachment", "mail", &event_id, &att]).await;
     let file = work.join("escape.bin");
@@ -400,7 +398,7 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
     assert_eq!(std::fs::read(&file).unwrap_or_default(), bytes);
     assert_eq!(mode(&file), 0o600);
     let entries: Vec<_> = std::fs::read_dir(cli.scratch("work"))
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.file_name())
         .collect();
@@ -411,7 +409,7 @@ async fn attachment_is_saved_into_a_new_file_and_never_escapes() {
     );
 
     // Never overwritten: neither the default name nor --out.
-    std::fs::write(&file, b"mine").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, b"mine").unwrap();
     cli.fails(&["attachment", "mail", &event_id, &att], 6, "file_exists")
         .await;
     assert_eq!(std::fs::read(&file).unwrap_or_default(), b"mine");
@@ -449,7 +447,7 @@ async fn ask_a_person_and_poll_the_answer() {
     let mut cli = Cli::new(&s.base);
     cli.create(&["create", "deploy"]).await;
     let body = cli.scratch("body.md");
-    std::fs::write(&body, "The **build** passed.").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&body, "The **build** passed.").unwrap();
     let body = body.display().to_string();
     let asked = cli
         .ok(&[
@@ -522,7 +520,7 @@ async fn redeem(base: &str, code: &str) -> (u16, serde_json::Value) {
         .json(&json!({ "code": code }))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("redeem: {e}"));
+        .expect("redeem");
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or_default())
 }
@@ -583,11 +581,10 @@ async fn inbox_opens_the_browser_or_prints_the_link() {
             opened.display()
         ),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o700))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o700)).unwrap();
     }
     cli.env = vec![("BROWSER".into(), browser.display().to_string())];
     let out = cli.ok(&["inbox", "viewer"]).await;
@@ -596,7 +593,7 @@ async fn inbox_opens_the_browser_or_prints_the_link() {
         out.get("viewer_url").is_none(),
         "an opened link is not printed: {out}"
     );
-    let link = std::fs::read_to_string(&opened).unwrap_or_else(|e| panic!("{e}"));
+    let link = std::fs::read_to_string(&opened).unwrap();
     assert!(
         link.starts_with(&format!("{}/inbox#code=avc_", s.base)),
         "{link}"
@@ -606,7 +603,7 @@ async fn inbox_opens_the_browser_or_prints_the_link() {
 
     // No browser at all (a failing $BROWSER, no xdg-open on the PATH): the link, to open by hand.
     let empty = cli.scratch("empty-bin");
-    std::fs::create_dir_all(&empty).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&empty).unwrap();
     cli.env = vec![
         ("BROWSER".into(), "/bin/false".into()),
         ("PATH".into(), empty.display().to_string()),
@@ -635,10 +632,10 @@ async fn import_adopts_an_address_made_elsewhere() {
         .json(&json!({"name": "made with curl", "expires_in_seconds": 3600}))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .json()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let id = made["address"]["id"]
         .as_str()
         .unwrap_or_default()
@@ -652,11 +649,10 @@ async fn import_adopts_an_address_made_elsewhere() {
         .unwrap_or_default()
         .to_owned();
     let file = cli.scratch("token.txt");
-    std::fs::write(&file, format!("  {token}\n\n")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, format!("  {token}\n\n")).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let file = file.display().to_string();
 
@@ -696,11 +692,10 @@ async fn import_adopts_an_address_made_elsewhere() {
     .await;
     // A token file others can read is said on stderr (the import goes on).
     let shared = cli.scratch("shared-token.txt");
-    std::fs::write(&shared, &token).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&shared, &token).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
     let shared = shared.display().to_string();
     let run = cli
@@ -745,7 +740,7 @@ async fn import_adopts_an_address_made_elsewhere() {
 
     // A wrong token, an unknown id: exit 5 with the hint, and no file.
     let wrong = cli.scratch("wrong.txt");
-    std::fs::write(&wrong, format!("aat_{}", "x".repeat(43))).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&wrong, format!("aat_{}", "x".repeat(43))).unwrap();
     let wrong = wrong.display().to_string();
     for (task, args) in [
         (
@@ -771,7 +766,7 @@ async fn import_adopts_an_address_made_elsewhere() {
     }
     // An empty token file is refused before any request.
     let empty = cli.scratch("empty.txt");
-    std::fs::write(&empty, "\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&empty, "\n").unwrap();
     let empty = empty.display().to_string();
     cli.fails(
         &["import", "w3", "--id", &id, "--token-file", &empty],

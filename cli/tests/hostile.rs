@@ -19,7 +19,7 @@ use std::time::Duration;
 use agentaddress_blackbox::{Address, Client};
 use common::net::{connect_from, rss_kib, socket_addr};
 use common::raw::{parse_answer, path_of, read_answer, Answer};
-use common::server;
+use common::{server, ServeCommand};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -74,14 +74,14 @@ async fn each_stalled_shape_is_closed_by_its_timeout() {
     half_head
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
     // A connection that sends nothing: closed by the idle timeout (2 s).
     let mut silent = connect(to).await;
     // A keep-alive connection after one answer: idle again, closed by the idle timeout.
     let mut kept = connect(to).await;
     kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
     let first = read_answer(&mut kept, limit).await;
     assert_eq!(first.status, 200);
     // A long poll in flight is never timed out by the connection's idle timeout.
@@ -90,7 +90,7 @@ async fn each_stalled_shape_is_closed_by_its_timeout() {
     polling
         .write_all(get_request(&format!("{events_path}?after=0&wait=4"), &a.token).as_bytes())
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
 
     let (head_closed, silent_closed, kept_closed, poll_answer) = tokio::join!(
         read_until_closed(&mut half_head, limit),
@@ -140,7 +140,7 @@ async fn each_stalled_shape_is_closed_by_its_timeout() {
             .as_bytes(),
         )
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
     let started = Instant::now();
     let answer = read_answer(&mut stalled, limit).await;
     assert_eq!(answer.status, 408, "{answer:?}");
@@ -167,7 +167,7 @@ async fn each_stalled_shape_is_closed_by_its_timeout() {
         .as_bytes(),
     )
     .await
-    .unwrap_or_else(|e| panic!("write: {e}"));
+    .expect("write");
     let started = Instant::now();
     let dripping = async {
         for _ in 0..30 {
@@ -208,7 +208,7 @@ async fn an_answer_the_client_does_not_read_is_dropped_after_the_write_timeout()
     reader
         .write_all(get_request(&format!("{}?after=0", path_of(&a.events_url)), &a.token).as_bytes())
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
     tokio::time::sleep(Duration::from_secs(5)).await;
     let (got, closed) = read_until_closed(&mut reader, Duration::from_secs(10)).await;
     assert!(closed.is_some(), "the connection ends");
@@ -284,9 +284,7 @@ async fn slowloris_does_not_starve_a_normal_client() {
     }
     let events = feed(&client, &a).await;
     assert_eq!(events.len(), 40);
-    let (closed, after) = dripping
-        .await
-        .unwrap_or_else(|e| panic!("the slowloris task: {e}"));
+    let (closed, after) = dripping.await.expect("the slowloris task");
     assert_eq!(
         closed, 400,
         "every slowloris connection is closed by the 3 s header timeout (after {after:?})"
@@ -302,7 +300,7 @@ async fn at_its_connection_caps_the_server_refuses_cleanly_and_recovers() {
     async fn healthz(sock: &mut TcpStream) -> Answer {
         sock.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
+            .expect("write");
         read_answer(sock, Duration::from_secs(5)).await
     }
 
@@ -399,38 +397,16 @@ async fn read_until_closed_or_answer(sock: &mut TcpStream) -> (Vec<u8>, bool) {
 
 #[tokio::test]
 async fn descriptor_exhaustion_never_gives_a_500_or_a_hang() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("agentaddress.db");
     // `prlimit` (util-linux) runs the server with 100 descriptors, soft and hard.
-    let mut child = tokio::process::Command::new("prlimit")
-        .arg("--nofile=100:100")
-        .arg(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(&db)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
+    let (_child, base, _stdout) = ServeCommand::under("prlimit", &["--nofile=100:100"])
+        .listen("127.0.0.1:0")
+        .db(&db)
+        .rust_log("warn")
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start prlimit … agentaddress serve: {e}"));
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("no stdout from the server"));
-    let mut lines = tokio::io::BufReader::new(stdout);
-    let mut line = String::new();
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut line),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("the server did not start"))
-    .unwrap_or_else(|e| panic!("stdout: {e}"));
-    let base = line
-        .trim_end()
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
+        .listening()
+        .await;
     let to = socket_addr(&base);
     let client = Client::new(&base);
     let a = client.new_address().await;
@@ -550,9 +526,7 @@ async fn a_hundred_slow_readers_of_4_mb_pages_stay_within_a_memory_bound() {
     let mut readers = Vec::new();
     for _ in 0..100 {
         let mut s = connect_from(to, [127, 0, 0, 1], Some(4096)).await;
-        s.write_all(request.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
+        s.write_all(request.as_bytes()).await.expect("write");
         readers.push(s);
     }
     // Every request is answered (the server is only waiting on the readers) within a few

@@ -20,6 +20,7 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::smtp::{agent_server, deliver_raw, fake_dns, serve, starts, Address, DOMAIN};
+use common::ServeCommand;
 use serde_json::{json, Value};
 
 impl Address {
@@ -34,7 +35,7 @@ impl Address {
             .json(&json!({ "email": email }))
             .send()
             .await
-            .unwrap_or_else(|e| panic!("POST contacts: {e}"));
+            .expect("POST contacts");
         let status = r.status().as_u16();
         let retry_after = r
             .headers()
@@ -251,26 +252,22 @@ async fn code_mails_one_client_asks_for_are_capped() {
 
 // ----- finding 7: secrets in configuration errors -----
 
-/// Runs the binary with `args` and `env`, its output captured (at most 30 s).
-async fn run_binary(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"));
-    cmd.args(args)
+/// Runs `agentaddress serve ARGS` with `env` (none of the email settings from the test's own
+/// environment), its output captured (at most 30 s).
+async fn run_serve(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = ServeCommand::new()
+        .args(args)
         .env_remove("AGENTADDRESS_EMAIL_INGEST_SECRET")
         .env_remove("AGENTADDRESS_SMTP_RELAY")
         .env_remove("AGENTADDRESS_SMTP_RELAY_PASSWORD")
         .env_remove("AGENTADDRESS_SMTP_RELAY_PASSWORD_FILE")
         .env_remove("AGENTADDRESS_EMAIL_FROM")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     for (k, v) in env {
-        cmd.env(k, v);
+        cmd = cmd.env(k, v);
     }
-    tokio::time::timeout(Duration::from_secs(30), cmd.output())
-        .await
-        .unwrap_or_else(|_| panic!("{args:?} did not exit within 30 s"))
-        .unwrap_or_else(|e| panic!("run {args:?}: {e}"))
+    cmd.output(Duration::from_secs(30)).await
 }
 
 /// The output of a run that must refuse: `code`, a message naming `flag` and `rule`, and
@@ -308,16 +305,16 @@ async fn a_bad_ingest_secret_is_never_repeated() {
             "this one holds a tab",
         ),
     ];
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("never.db");
     let db = db.to_string_lossy().into_owned();
     for (secret, rule) in &cases {
-        let base = ["serve", "--listen", "127.0.0.1:0", "--db", db.as_str()];
+        let base = ["--listen", "127.0.0.1:0", "--db", db.as_str()];
         let mut by_flag = base.to_vec();
         by_flag.extend(["--email-ingest-secret", secret.as_str()]);
-        let out = run_binary(&by_flag, &[]).await;
+        let out = run_serve(&by_flag, &[]).await;
         refused_without_the_secret(&out, 2, "--email-ingest-secret", rule, secret);
-        let out = run_binary(&base, &[("AGENTADDRESS_EMAIL_INGEST_SECRET", secret)]).await;
+        let out = run_serve(&base, &[("AGENTADDRESS_EMAIL_INGEST_SECRET", secret)]).await;
         refused_without_the_secret(&out, 2, "AGENTADDRESS_EMAIL_INGEST_SECRET", rule, secret);
         assert!(
             String::from_utf8_lossy(&out.stderr).contains("must be 16 to 512 printable ASCII"),
@@ -332,11 +329,10 @@ async fn a_bad_ingest_secret_is_never_repeated() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_password_is_never_repeated() {
     let secret = "S3CR3T-relay-password-0123";
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("never.db");
     let db = db.to_string_lossy().into_owned();
     let base = [
-        "serve",
         "--listen",
         "127.0.0.1:0",
         "--db",
@@ -347,9 +343,9 @@ async fn a_relay_password_is_never_repeated() {
     let in_url = format!("smtp://user:{secret}@127.0.0.1:1");
     let mut by_flag = base.to_vec();
     by_flag.extend(["--smtp-relay", in_url.as_str()]);
-    let out = run_binary(&by_flag, &[]).await;
+    let out = run_serve(&by_flag, &[]).await;
     refused_without_the_secret(&out, 2, "--smtp-relay", "may not hold a password", secret);
-    let out = run_binary(&base, &[("AGENTADDRESS_SMTP_RELAY", &in_url)]).await;
+    let out = run_serve(&base, &[("AGENTADDRESS_SMTP_RELAY", &in_url)]).await;
     refused_without_the_secret(
         &out,
         2,
@@ -360,7 +356,7 @@ async fn a_relay_password_is_never_repeated() {
 
     // A password, but no user in the URL to log in with.
     let file = dir.path().join("relay-password");
-    std::fs::write(&file, format!("{secret}\n")).unwrap_or_else(|e| panic!("write: {e}"));
+    std::fs::write(&file, format!("{secret}\n")).expect("write");
     let file = file.to_string_lossy().into_owned();
     let mut with_file = base.to_vec();
     with_file.extend([
@@ -369,11 +365,11 @@ async fn a_relay_password_is_never_repeated() {
         "--smtp-relay-password-file",
         file.as_str(),
     ]);
-    let out = run_binary(&with_file, &[]).await;
+    let out = run_serve(&with_file, &[]).await;
     refused_without_the_secret(&out, 1, "--smtp-relay", "needs a user", secret);
     let mut with_env = base.to_vec();
     with_env.extend(["--smtp-relay", "smtp://127.0.0.1:1"]);
-    let out = run_binary(&with_env, &[("AGENTADDRESS_SMTP_RELAY_PASSWORD", secret)]).await;
+    let out = run_serve(&with_env, &[("AGENTADDRESS_SMTP_RELAY_PASSWORD", secret)]).await;
     refused_without_the_secret(&out, 1, "--smtp-relay", "needs a user", secret);
 
     // The password itself given as the file's path.
@@ -384,7 +380,7 @@ async fn a_relay_password_is_never_repeated() {
         "--smtp-relay-password-file",
         secret,
     ]);
-    let out = run_binary(&mistaken, &[]).await;
+    let out = run_serve(&mistaken, &[]).await;
     refused_without_the_secret(
         &out,
         1,

@@ -63,7 +63,7 @@ async fn read_whole_feed(a: &Address, from: [u8; 4], n: u64) -> Duration {
         .local_address(IpAddr::V4(Ipv4Addr::from(from)))
         .timeout(Duration::from_secs(60))
         .build()
-        .unwrap_or_else(|e| panic!("client: {e}"));
+        .expect("client");
     let started = Instant::now();
     let mut after = 0u64;
     while after < n {
@@ -127,21 +127,19 @@ async fn http2_streams_with_a_closed_window_are_bounded_and_cut() {
             .initial_window_size(0)
             .handshake::<_, Bytes>(tcp)
             .await
-            .unwrap_or_else(|e| panic!("h2 handshake: {e}"));
+            .expect("h2 handshake");
         let opened = Instant::now();
         connections.push(tokio::spawn(async move {
             let _ = connection.await;
             opened.elapsed()
         }));
         for _ in 0..100 {
-            h2 = h2.ready().await.unwrap_or_else(|e| panic!("h2 ready: {e}"));
+            h2 = h2.ready().await.expect("h2 ready");
             let request = http::Request::get(&uri)
                 .header("authorization", format!("Bearer {}", a.token))
                 .body(())
-                .unwrap_or_else(|e| panic!("request: {e}"));
-            let (answer, _) = h2
-                .send_request(request, true)
-                .unwrap_or_else(|e| panic!("send_request: {e}"));
+                .expect("request");
+            let (answer, _) = h2.send_request(request, true).expect("send_request");
             streams.push(answer);
         }
         senders.push(h2);
@@ -173,7 +171,7 @@ async fn http2_streams_with_a_closed_window_are_bounded_and_cut() {
         let lived = tokio::time::timeout(Duration::from_secs(20), connection)
             .await
             .unwrap_or_else(|_| panic!("a connection of stalled streams is still open after 20 s"))
-            .unwrap_or_else(|e| panic!("connection task: {e}"));
+            .expect("connection task");
         eprintln!("a stalled HTTP/2 connection was closed after {lived:?}");
         assert!(
             lived >= Duration::from_secs(3),
@@ -183,7 +181,7 @@ async fn http2_streams_with_a_closed_window_are_bounded_and_cut() {
     let took = tokio::time::timeout(Duration::from_secs(60), other)
         .await
         .unwrap_or_else(|_| panic!("the other client was starved"))
-        .unwrap_or_else(|e| panic!("other client: {e}"));
+        .expect("other client");
     eprintln!("the other client read the whole feed in {took:?} during the attack");
     drop((streams, senders));
     // Nothing was lost: the feed reads whole, in order.
@@ -221,9 +219,7 @@ async fn slow_event_stream_readers_hold_no_more_than_the_page_budget() {
     let mut readers = Vec::new();
     for _ in 0..200 {
         let mut s = connect_from(to, [127, 0, 0, 1], Some(4096)).await;
-        s.write_all(request.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
+        s.write_all(request.as_bytes()).await.expect("write");
         readers.push(tokio::spawn(async move {
             let mut got = Vec::new();
             let mut buf = [0u8; 4096];
@@ -272,13 +268,13 @@ async fn slow_event_stream_readers_hold_no_more_than_the_page_budget() {
     let http = reqwest::Client::builder()
         .local_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)))
         .build()
-        .unwrap_or_else(|e| panic!("client: {e}"));
+        .expect("client");
     let mut answer = http
         .get(format!("{}/stream?after=0", a.events_url))
         .bearer_auth(&a.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("stream: {e}"));
+        .expect("stream");
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     while sse_ids(&got).len() < EVENTS && Instant::now() < deadline {
@@ -304,7 +300,7 @@ async fn an_http2_connection_with_only_its_preface_is_idle_not_a_slow_head() {
     // The preface and an empty SETTINGS frame, then nothing.
     s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+        .expect("write");
     let started = Instant::now();
     let mut buf = [0u8; 1024];
     let closed = loop {
@@ -359,7 +355,7 @@ async fn websocket_frames_over_16_kib_are_closed_with_1009() {
         socket
             .send(Message::Text(frame.into()))
             .await
-            .unwrap_or_else(|e| panic!("send: {e}"));
+            .expect("send");
         assert_eq!(
             close_code(&mut socket).await,
             Some(1009),
@@ -387,7 +383,7 @@ async fn websocket_frames_over_16_kib_are_closed_with_1009() {
     socket
         .send(Message::Text(r#"{"action":"ping"}"#.into()))
         .await
-        .unwrap_or_else(|e| panic!("send: {e}"));
+        .expect("send");
     let answer = tokio::time::timeout(Duration::from_secs(5), socket.next())
         .await
         .unwrap_or_else(|_| panic!("no pong"));
@@ -415,7 +411,7 @@ async fn a_websocket_that_answers_nothing_is_pinged_then_closed() {
           Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     )
     .await
-    .unwrap_or_else(|e| panic!("write: {e}"));
+    .expect("write");
     let started = Instant::now();
     let mut got = Vec::new();
     let mut buf = [0u8; 1024];
@@ -472,5 +468,5 @@ async fn a_websocket_that_answers_nothing_is_pinged_then_closed() {
     socket
         .send(Message::Text(r#"{"action":"ping"}"#.into()))
         .await
-        .unwrap_or_else(|e| panic!("the answering socket was closed: {e}"));
+        .expect("the answering socket was closed");
 }

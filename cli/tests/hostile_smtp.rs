@@ -153,7 +153,7 @@ async fn stalled_data_from_two_ips_does_not_starve_a_third() {
 
     let mut cut = 0;
     for staller in stallers {
-        let (data, reply, held, closed) = staller.await.unwrap_or_else(|e| panic!("{e}"));
+        let (data, reply, held, closed) = staller.await.unwrap();
         if data.starts_with("354") {
             starts(&reply, "421 4.4.2");
             assert!(reply.contains("too slowly"), "{reply:?}");

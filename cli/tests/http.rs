@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 async fn server() -> (tokio::process::Child, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) =
         common::spawn_serve(&dir.path().join("agentaddress.db"), "127.0.0.1:0", &[]).await;
     (child, base, dir)
@@ -83,7 +83,7 @@ async fn read_answer(sock: &mut TcpStream) -> Answer {
                 let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk))
                     .await
                     .unwrap_or_else(|_| panic!("the answer's body did not arrive"))
-                    .unwrap_or_else(|e| panic!("reading the answer: {e}"));
+                    .expect("reading the answer");
                 assert!(n > 0, "the connection closed inside the answer's body");
                 buf.extend_from_slice(&chunk[..n]);
             }
@@ -97,7 +97,7 @@ async fn read_answer(sock: &mut TcpStream) -> Answer {
         let n = tokio::time::timeout_at(deadline, sock.read(&mut chunk))
             .await
             .unwrap_or_else(|_| panic!("no answer within 10 s; got {buf:?}"))
-            .unwrap_or_else(|e| panic!("reading the answer: {e}"));
+            .expect("reading the answer");
         assert!(n > 0, "the connection closed before an answer");
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -112,7 +112,7 @@ async fn post(sock: &mut TcpStream, host: &str, path: &str, body: &[u8]) {
     );
     sock.write_all(head.as_bytes())
         .await
-        .unwrap_or_else(|e| panic!("writing the request head: {e}"));
+        .expect("writing the request head");
     // The server may refuse from the head and close: a failed body write is expected then.
     let _ = tokio::time::timeout(Duration::from_secs(5), sock.write_all(body)).await;
 }
@@ -144,9 +144,7 @@ async fn an_answer_before_the_body_was_read_closes_the_connection_and_says_so() 
     let too_big = vec![b'a'; usize::try_from(limit).unwrap_or(usize::MAX) + 1];
 
     // 413 from the declared length: refused before reading, so the connection ends.
-    let mut sock = TcpStream::connect(&host)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut sock = TcpStream::connect(&host).await.expect("connect");
     post(&mut sock, &host, &inbox, &too_big).await;
     let ans = read_answer(&mut sock).await;
     assert_eq!(ans.status, 413);
@@ -155,9 +153,7 @@ async fn an_answer_before_the_body_was_read_closes_the_connection_and_says_so() 
 
     // A wrong inbox secret is refused from the path, with 100 KB of body unread.
     let wrong = format!("{}x", inbox.trim_end_matches(|ch: char| ch != '/'));
-    let mut sock = TcpStream::connect(&host)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut sock = TcpStream::connect(&host).await.expect("connect");
     post(&mut sock, &host, &wrong, &vec![b'b'; 100_000]).await;
     let ans = read_answer(&mut sock).await;
     assert!(
@@ -169,9 +165,7 @@ async fn an_answer_before_the_body_was_read_closes_the_connection_and_says_so() 
     expect_closed(&mut sock, "after a refused inbox URL").await;
 
     // A body read to its end keeps the connection: two deliveries on one socket.
-    let mut sock = TcpStream::connect(&host)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut sock = TcpStream::connect(&host).await.expect("connect");
     for n in 0..2 {
         post(&mut sock, &host, &inbox, format!("delivery {n}").as_bytes()).await;
         let ans = read_answer(&mut sock).await;
@@ -207,9 +201,7 @@ async fn a_refused_body_does_not_reset_the_answer() {
     let path = path_of(&a.inbox_url);
     let body = vec![b'a'; 4_000_000];
     for round in 0..20 {
-        let sock = TcpStream::connect(&host)
-            .await
-            .unwrap_or_else(|e| panic!("connect: {e}"));
+        let sock = TcpStream::connect(&host).await.expect("connect");
         let (mut rd, mut wr) = sock.into_split();
         let head = format!(
             "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n",
@@ -299,7 +291,7 @@ fn h2c() -> reqwest::Client {
         .http2_prior_knowledge()
         .timeout(Duration::from_secs(60))
         .build()
-        .unwrap_or_else(|e| panic!("cannot build an HTTP/2 client: {e}"))
+        .expect("cannot build an HTTP/2 client")
 }
 
 async fn send_h2(req: reqwest::RequestBuilder, what: &str) -> (u16, Value) {
@@ -428,7 +420,7 @@ async fn sigterm_answers_http2_long_polls_and_exits_cleanly() {
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
-        .unwrap_or_else(|e| panic!("run kill: {e}"));
+        .expect("run kill");
     assert!(killed.success());
     for (n, poll) in polls.into_iter().enumerate() {
         let (status, body) = poll.await.unwrap_or_else(|e| panic!("poll task {n}: {e}"));
@@ -443,7 +435,7 @@ async fn sigterm_answers_http2_long_polls_and_exits_cleanly() {
     let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
         .await
         .unwrap_or_else(|_| panic!("the server did not exit within 10 s of SIGTERM"))
-        .unwrap_or_else(|e| panic!("wait: {e}"));
+        .expect("wait");
     assert!(status.success(), "clean exit: {status}");
     drop(http);
 }

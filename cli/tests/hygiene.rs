@@ -14,7 +14,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 async fn server() -> (tokio::process::Child, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) =
         common::spawn_serve(&dir.path().join("agentaddress.db"), "127.0.0.1:0", &[]).await;
     (child, base, dir)
@@ -29,9 +29,7 @@ fn authority(base: &str) -> &str {
 /// Writes `request` on a fresh connection to the server and reads one answer (head and a
 /// `Content-Length` body), within 10 s.
 async fn exchange(base: &str, request: &[u8]) -> Answer {
-    let mut sock = TcpStream::connect(authority(base))
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let mut sock = TcpStream::connect(authority(base)).await.expect("connect");
     // The server may answer from the head and stop reading: a failed write is not the test.
     let _ = sock.write_all(request).await;
     let answer = read_answer(&mut sock, Duration::from_secs(10)).await;

@@ -1,46 +1,20 @@
 //! Process-level behaviour of `agentaddress serve`: graceful shutdown on SIGTERM/SIGINT, and
 //! durability across SIGKILL at an arbitrary moment under load.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentaddress_blackbox::Client;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 async fn spawn(db: &Path, listen: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args([
-            "serve",
-            "--listen",
-            listen,
-            "--creations-per-minute",
-            "1000",
-            "--db",
-        ])
-        .arg(db)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start agentaddress serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("server starts within 30 s")
-        .expect("read stdout")
-        .expect("server printed its address");
-    let base = line
-        .strip_prefix("agentaddress listening on ")
-        .expect("listening line")
-        .to_owned();
-    (child, base)
+    common::spawn_serve(db, listen, &["--creations-per-minute", "1000"]).await
 }
 
 fn signal(child: &Child, sig: &str) {

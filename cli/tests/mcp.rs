@@ -10,7 +10,7 @@ use agentaddress_blackbox::{mcp, Client};
 use serde_json::json;
 
 async fn serve() -> (tempfile::TempDir, tokio::process::Child, String) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) = common::spawn_serve(&dir.path().join("mcp.db"), "127.0.0.1:0", &[]).await;
     (dir, child, base)
 }
@@ -71,9 +71,9 @@ async fn mcp_other_methods_are_405() {
 /// JSON-RPC messages, arguments included, at debug level: the server caps it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mcp_read_token_is_never_logged() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let log_path = dir.path().join("serve.log");
-    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let log = std::fs::File::create(&log_path).expect("log file");
     let (mut child, base, _stdout) = common::spawn_serve_with(
         &dir.path().join("mcp.db"),
         "127.0.0.1:0",
@@ -100,7 +100,7 @@ async fn mcp_read_token_is_never_logged() {
     let _ = child.kill().await;
     let _ = child.wait().await;
 
-    let text = std::fs::read_to_string(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    let text = std::fs::read_to_string(&log_path).expect("read log");
     assert!(
         text.contains("/api/mcp"),
         "the log records the MCP requests (so this test sees the log)"
@@ -121,7 +121,7 @@ async fn mcp_get_attachment() {
     use sha2::{Digest, Sha256};
 
     const SECRET: &str = "mcp-test-ingest-secret-0123456789";
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (_server, base) = common::spawn_serve(
         &dir.path().join("mcp.db"),
         "127.0.0.1:0",
@@ -154,7 +154,7 @@ async fn mcp_get_attachment() {
         .body(raw)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("ingest: {e}"));
+        .expect("ingest");
     assert_eq!(r.status(), 200);
     let page = m
         .call(
@@ -189,7 +189,7 @@ async fn mcp_get_attachment() {
         .client
         .call_tool(CallToolRequestParams::new("get_attachment").with_arguments(args_small))
         .await
-        .unwrap_or_else(|e| panic!("get_attachment: {e}"));
+        .expect("get_attachment");
     assert_ne!(result.is_error, Some(true), "{result:?}");
     let s = result.structured_content.clone().unwrap_or_default();
     assert_eq!(s["filename"], "dot.png");
@@ -214,7 +214,7 @@ async fn mcp_get_attachment() {
         .unwrap_or_else(|| panic!("no embedded blob resource: {result:?}"));
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(blob)
-        .unwrap_or_else(|e| panic!("base64: {e}"));
+        .expect("base64");
     assert_eq!(bytes, small);
 
     // Large: refused with its size and where to download it.
@@ -231,7 +231,7 @@ async fn mcp_get_attachment() {
         .bearer_auth(&a.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("download: {e}"));
+        .expect("download");
     assert_eq!(r.status(), 200);
     assert_eq!(r.bytes().await.map(|b| b.len()).unwrap_or(0), large.len());
 
@@ -254,8 +254,7 @@ async fn mcp_get_attachment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_python_client_of_the_docs_runs() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let doc = std::fs::read_to_string(root.join("docs/MCP.md"))
-        .unwrap_or_else(|e| panic!("read docs/MCP.md: {e}"));
+    let doc = std::fs::read_to_string(root.join("docs/MCP.md")).expect("read docs/MCP.md");
     let snippet = python_snippet(&doc);
     let python = root.join(".cache/mcp-venv/bin/python");
     assert!(
@@ -265,7 +264,7 @@ async fn the_python_client_of_the_docs_runs() {
     );
     let (dir, _server, base) = serve().await;
     let script = dir.path().join("client.py");
-    std::fs::write(&script, &snippet).unwrap_or_else(|e| panic!("write the snippet: {e}"));
+    std::fs::write(&script, &snippet).expect("write the snippet");
     let run = tokio::process::Command::new(&python)
         .arg(&script)
         .env("AGENTADDRESS_MCP_URL", format!("{base}/api/mcp"))
@@ -286,7 +285,7 @@ async fn the_python_client_of_the_docs_runs() {
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
         [
-            "tools: 11",
+            "tools: 12",
             r#"event: 1 deploy.finished {"ok": true}"#,
             "next cursor: 1",
         ],

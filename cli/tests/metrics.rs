@@ -53,24 +53,21 @@ async fn scrape(url: &str) -> Value {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("run python: {e}"));
+        .expect("run python");
     if let Some(mut stdin) = child.stdin.take() {
         use tokio::io::AsyncWriteExt;
         stdin
             .write_all(text.as_bytes())
             .await
-            .unwrap_or_else(|e| panic!("write to python: {e}"));
+            .expect("write to python");
     }
-    let out = child
-        .wait_with_output()
-        .await
-        .unwrap_or_else(|e| panic!("python: {e}"));
+    let out = child.wait_with_output().await.expect("python");
     assert!(
         out.status.success(),
         "prometheus_client refused the exposition: {}\n{text}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("parser output: {e}"))
+    serde_json::from_slice(&out.stdout).expect("parser output")
 }
 
 /// The value of `sample` with exactly `labels` (a subset match), or 0.
@@ -87,7 +84,7 @@ fn value(m: &Value, family: &str, sample: &str, labels: &[(&str, &str)]) -> f64 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_parses_the_metrics_and_requests_move_them() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (_child, base, mut rest) = common::spawn_serve_with(
         &dir.path().join("metrics.db"),
         "127.0.0.1:0",
@@ -99,7 +96,7 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
     let mut line = String::new();
     rest.read_line(&mut line)
         .await
-        .unwrap_or_else(|e| panic!("read serve's stdout: {e}"));
+        .expect("read serve's stdout");
     let url = line
         .trim()
         .strip_prefix("agentaddress metrics on ")
@@ -123,7 +120,7 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
     };
     tokio::time::sleep(Duration::from_millis(700)).await;
     let during = scrape(&url).await;
-    let r = poll.await.unwrap_or_else(|e| panic!("poll: {e}"));
+    let r = poll.await.expect("poll");
     r.expect_status(200, "the long poll");
     // An event stream, open while we scrape.
     let stream = reqwest::Client::new()
@@ -131,7 +128,7 @@ async fn prometheus_parses_the_metrics_and_requests_move_them() {
         .bearer_auth(&a.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("open a stream: {e}"));
+        .expect("open a stream");
     assert_eq!(stream.status(), 200);
     let streaming = scrape(&url).await;
     drop(stream);

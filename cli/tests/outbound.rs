@@ -11,6 +11,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::smtp::{agent_server, create, serve, Address, Serve};
+use common::ServeCommand;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::BufReader;
@@ -133,8 +134,8 @@ async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, m
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
     let parent = mail["data"]["message_id"].as_str().unwrap_or_default();
     let message = Message::builder()
-        .from(person.email.parse().unwrap_or_else(|e| panic!("from: {e}")))
-        .to(agent_email.parse().unwrap_or_else(|e| panic!("to: {e}")))
+        .from(person.email.parse().expect("from"))
+        .to(agent_email.parse().expect("to"))
         .subject(format!(
             "Re: {}",
             mail["data"]["subject"].as_str().unwrap_or_default()
@@ -143,13 +144,13 @@ async fn reply_by_smtp(to_server: &Serve, person: &Address, agent_email: &str, m
         .in_reply_to(parent.to_owned())
         .references(parent.to_owned())
         .body("Yes, go ahead.".to_owned())
-        .unwrap_or_else(|e| panic!("build the reply: {e}"));
+        .expect("build the reply");
     AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(to_server.smtp.ip().to_string())
         .port(to_server.port())
         .build()
         .send(message)
         .await
-        .unwrap_or_else(|e| panic!("send the reply: {e}"));
+        .expect("send the reply");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -508,7 +509,7 @@ async fn relay_failures_are_retried_then_reported() {
         .bearer_auth(&gone.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("DELETE: {e}"));
+        .expect("DELETE");
     assert!(r.status().is_success());
     let (status, v) = agent
         .send(
@@ -530,11 +531,7 @@ async fn relay_failures_are_retried_then_reported() {
     );
 
     // The relay is down: tried 3 times (300 ms, then 1.2 s apart), then reported.
-    people
-        .child
-        .kill()
-        .await
-        .unwrap_or_else(|e| panic!("stop B: {e}"));
+    people.child.kill().await.expect("stop B");
     let _ = people.child.wait().await;
     let started = Instant::now();
     let (status, v) = agent
@@ -584,23 +581,23 @@ async fn without_a_relay_the_routes_say_so() {
         "a send",
     );
     // A sender without a relay is a start-up error.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--db", ":memory:", "--listen", "127.0.0.1:0"])
+    let out = ServeCommand::new()
+        .args(["--db", ":memory:", "--listen", "127.0.0.1:0"])
         .args(["--email-from", "mail@agents.test"])
-        .output()
-        .unwrap_or_else(|e| panic!("run serve: {e}"));
+        .output(Duration::from_secs(30))
+        .await;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--smtp-relay"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentaddress"))
-        .args(["serve", "--db", ":memory:", "--listen", "127.0.0.1:0"])
+    let out = ServeCommand::new()
+        .args(["--db", ":memory:", "--listen", "127.0.0.1:0"])
         .args([
             "--email-from",
             "mail@agents.test",
             "--smtp-relay",
             "smtp://u:pw@127.0.0.1:25",
         ])
-        .output()
-        .unwrap_or_else(|e| panic!("run serve: {e}"));
+        .output(Duration::from_secs(30))
+        .await;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("password"), "{stderr}");
@@ -757,13 +754,10 @@ async fn the_mcp_tools_add_confirm_and_send() {
 /// An agent server relaying to `relay_url` (with `extra` flags) whose trace-level log goes to
 /// `dir/NAME.log`: the server, its base URL and the log's path.
 async fn logged_agent_server(
-    dir: &std::path::Path,
-    name: &str,
-    relay_url: &str,
-    extra: &[&str],
+    dir: &std::path::Path, name: &str, relay_url: &str, extra: &[&str],
 ) -> (Child, String, std::path::PathBuf, BufReader<ChildStdout>) {
     let log_path = dir.join(format!("{name}.log"));
-    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let log = std::fs::File::create(&log_path).expect("log file");
     let mut args = vec![
         "--email-domain",
         "agents.test",
@@ -788,16 +782,16 @@ async fn logged_agent_server(
 async fn stop_and_read_log(mut child: Child, log_path: &std::path::Path) -> String {
     let _ = child.kill().await;
     let _ = child.wait().await;
-    std::fs::read_to_string(log_path).unwrap_or_else(|e| panic!("read log: {e}"))
+    std::fs::read_to_string(log_path).expect("read log")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codes_and_relay_passwords_are_never_logged() {
     let people = serve("people.test", &[]).await;
     let person = people.new_address().await;
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let password_file = dir.path().join("relay-password");
-    std::fs::write(&password_file, "pw-Zq8xVt3Lm0\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&password_file, "pw-Zq8xVt3Lm0\n").unwrap();
     // A relay user with a password: B's door offers no AUTH, so every mail fails, and the
     // failures are logged.
     let password_arg = password_file.to_str().unwrap_or_default();
@@ -850,14 +844,14 @@ async fn codes_and_relay_passwords_are_never_logged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_speaks_starttls_and_checks_the_certificate() {
-    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let certs = tempfile::tempdir().expect("temp dir");
     let ck =
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .unwrap_or_else(|e| panic!("rcgen: {e}"));
+            .expect("rcgen");
     let cert = certs.path().join("cert.pem");
     let key = certs.path().join("key.pem");
-    std::fs::write(&cert, ck.cert.pem()).unwrap_or_else(|e| panic!("write cert: {e}"));
-    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&cert, ck.cert.pem()).expect("write cert");
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
     let people = serve(
         "people.test",

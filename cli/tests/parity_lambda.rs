@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use agentaddress_api::RouteGroup;
+use agentaddress_blackbox::stack_env as env;
 use futures::StreamExt;
 
 const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -41,13 +42,6 @@ const DOCUMENTED: &[(&str, &str, u16, u16, &str)] = &[
         "§14",
     ),
 ];
-
-fn env(name: &str) -> String {
-    match std::env::var(name) {
-        Ok(v) if !v.trim().is_empty() => v.trim().to_owned(),
-        _ => panic!("{name} is not set: run scripts/test, which starts the local Lambda stack"),
-    }
-}
 
 /// A plausible value for each path parameter: well-formed, naming nothing.
 fn concrete(path: &str) -> String {
@@ -93,12 +87,7 @@ impl std::fmt::Display for Answer {
 /// answer, or a 5xx without the API's error body: cargo-lambda's emulator now and then drops
 /// one) is asked again; none of these requests changes anything.
 async fn ask(
-    http: &reqwest::Client,
-    base: &str,
-    method: &str,
-    path: &str,
-    html: bool,
-    gateway: bool,
+    http: &reqwest::Client, base: &str, method: &str, path: &str, html: bool, gateway: bool,
 ) -> Answer {
     let url = format!("{base}{path}");
     let m = reqwest::Method::from_bytes(method.as_bytes())
@@ -164,7 +153,7 @@ async fn ask(
 async fn every_method_of_every_path_is_answered_alike() {
     let lambda = env("AGENTADDRESS_LAMBDA_URL");
     let secret = env("AGENTADDRESS_TEST_INGEST_SECRET");
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (_serve, serve) = common::spawn_serve(
         &dir.path().join("parity.db"),
         "127.0.0.1:0",
@@ -175,7 +164,7 @@ async fn every_method_of_every_path_is_answered_alike() {
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()
-        .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        .expect("HTTP client");
 
     let mut paths: BTreeSet<String> = RouteGroup::ALL
         .iter()

@@ -27,7 +27,7 @@ const TASK: &str = "poison";
 
 /// `serve` with rate limits out of the way (every case polls three times).
 async fn serve() -> (tempfile::TempDir, Child, String) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) = common::spawn_serve(
         &dir.path().join("poison.db"),
         "127.0.0.1:0",
@@ -87,12 +87,9 @@ impl Reader {
         if let Some(ct) = content_type {
             req = req.header("content-type", ct);
         }
-        let r = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("delivering: {e}"));
+        let r = req.send().await.expect("delivering");
         let status = r.status().as_u16();
-        let answer: Value = r.json().await.unwrap_or_else(|e| panic!("answer: {e}"));
+        let answer: Value = r.json().await.expect("answer");
         assert_eq!(status, 202, "delivery answered {answer}");
         answer["event"]["sequence"]
             .as_u64()
@@ -117,9 +114,9 @@ impl Reader {
             .bearer_auth(&self.token)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("GET events: {e}"));
+            .expect("GET events");
         assert_eq!(r.status().as_u16(), 200, "GET events");
-        let page: Value = r.json().await.unwrap_or_else(|e| panic!("page: {e}"));
+        let page: Value = r.json().await.expect("page");
         Self::only_event(&page, seq, "REST")
     }
 
@@ -364,7 +361,7 @@ fn arbitrary_bodies_read_back_everywhere() {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
+        .expect("runtime");
     let (_dir, _server, base) = rt.block_on(serve());
     let reader = rt.block_on(Reader::new(&base));
     let mut runner = TestRunner::new(Config {
@@ -447,11 +444,7 @@ async fn poison_and_lossy_bodies_are_text_and_readable() {
 /// A raw HTTP/1.1 request on a fresh socket, so that the path reaches the server exactly as
 /// written (an HTTP client library would normalise `%2e%2e` away); the status and JSON body.
 async fn raw_request(
-    base: &str,
-    method: &str,
-    path: &str,
-    token: &str,
-    body: &str,
+    base: &str, method: &str, path: &str, token: &str, body: &str,
 ) -> (u16, Value) {
     let host = base.trim_start_matches("http://").trim_end_matches('/');
     let mut socket = tokio::net::TcpStream::connect(host)
@@ -462,15 +455,12 @@ async fn raw_request(
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    socket
-        .write_all(request.as_bytes())
-        .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+    socket.write_all(request.as_bytes()).await.expect("write");
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(10), socket.read_to_end(&mut answer))
         .await
         .unwrap_or_else(|_| panic!("no answer within 10 s"))
-        .unwrap_or_else(|e| panic!("read: {e}"));
+        .expect("read");
     let text = String::from_utf8_lossy(&answer).into_owned();
     let status = text
         .split(' ')
@@ -561,14 +551,12 @@ async fn deep_state_values_are_refused_everywhere() {
             .send()
     };
     for depth in [100, MAX_DEPTH + 1, 126] {
-        let resp = put(nested(depth))
-            .await
-            .unwrap_or_else(|e| panic!("PUT: {e}"));
+        let resp = put(nested(depth)).await.expect("PUT");
         assert_eq!(resp.status().as_u16(), 400, "depth {depth}");
-        let answer: Value = resp.json().await.unwrap_or_else(|e| panic!("answer: {e}"));
+        let answer: Value = resp.json().await.expect("answer");
         assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
     }
-    let deep: Value = serde_json::from_str(&nested(100)).unwrap_or_else(|e| panic!("{e}"));
+    let deep: Value = serde_json::from_str(&nested(100)).unwrap();
     let args = json!({"address_id": r.address_id, "read_token": r.token, "key": "deep",
                       "value": deep});
     let e = r.mcp.call("set_state", args).await;
@@ -591,11 +579,9 @@ async fn deep_state_values_are_refused_everywhere() {
         check_failure(&out, 2, "invalid_request");
     }
     // Nothing was written; at the limit the value is written and its event is readable.
-    let resp = put(nested(MAX_DEPTH))
-        .await
-        .unwrap_or_else(|e| panic!("PUT: {e}"));
+    let resp = put(nested(MAX_DEPTH)).await.expect("PUT");
     assert_eq!(resp.status().as_u16(), 200);
-    let written: Value = resp.json().await.unwrap_or_else(|e| panic!("answer: {e}"));
+    let written: Value = resp.json().await.expect("answer");
     assert_eq!(
         written["revision"], 1,
         "the refused writes made no event: {written}"
@@ -633,11 +619,9 @@ async fn labels_with_control_or_bidi_characters_are_refused() {
         "\u{061C}",
     ] {
         for field in ["name", "task_id"] {
-            let resp = create(json!({ field: bad }))
-                .await
-                .unwrap_or_else(|e| panic!("create: {e}"));
+            let resp = create(json!({ field: bad })).await.expect("create");
             assert_eq!(resp.status().as_u16(), 400, "{field} {bad:?}");
-            let answer: Value = resp.json().await.unwrap_or_else(|e| panic!("{e}"));
+            let answer: Value = resp.json().await.unwrap();
             assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
             let message = answer["error"]["message"].as_str().unwrap_or("");
             assert!(message.contains(field), "{message}");
@@ -645,7 +629,7 @@ async fn labels_with_control_or_bidi_characters_are_refused() {
     }
     let ok = create(json!({"name": "déjà vu 👨‍👩‍👧", "task_id": "שלום-1"}))
         .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+        .expect("create");
     assert_eq!(ok.status().as_u16(), 201);
     let mcp = Mcp::connect(&base).await;
     mcp.call("create_return_address", json!({"name": "evil\u{202E}"}))

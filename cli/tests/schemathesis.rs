@@ -45,7 +45,7 @@ async fn spawn_server(
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("a free port: {e}"));
+        .expect("a free port");
     let smtp = format!("127.0.0.1:{port}");
     let relay = format!("smtp://{smtp}");
     common::spawn_serve_with(
@@ -142,7 +142,7 @@ async fn schemathesis_finds_nothing() {
         venv_bin.display()
     );
 
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (mut server, base, _stdout) = spawn_server(&dir.path().join("agentaddress.db")).await;
 
     // The operations the server declares are exactly the routes of the HTTP API it serves
@@ -175,7 +175,7 @@ async fn schemathesis_finds_nothing() {
         .stdin(Stdio::null())
         .output()
         .await
-        .unwrap_or_else(|e| panic!("cannot run scripts/schemathesis: {e}"));
+        .expect("cannot run scripts/schemathesis");
     let elapsed = started.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -184,10 +184,7 @@ async fn schemathesis_finds_nothing() {
     println!("scripts/schemathesis took {elapsed:.1?}");
 
     assert!(
-        server
-            .try_wait()
-            .unwrap_or_else(|e| panic!("server status: {e}"))
-            .is_none(),
+        server.try_wait().expect("server status").is_none(),
         "the server is still running after the fuzzing"
     );
     let last = stdout.lines().last().unwrap_or("");

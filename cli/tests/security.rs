@@ -36,7 +36,7 @@ struct Server {
 /// Starts `agentaddress serve` on a free port with a fresh database, `extra` flags, `RUST_LOG`
 /// and stderr going to `stderr`.
 async fn start(extra: &[&str], rust_log: &str, stderr: Stdio) -> Server {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base, mut reader) = common::spawn_serve_with(
         &dir.path().join("agentaddress.db"),
         "127.0.0.1:0",
@@ -68,16 +68,14 @@ impl Server {
         let status = std::process::Command::new("kill")
             .args(["-TERM", &pid.to_string()])
             .status()
-            .unwrap_or_else(|e| panic!("run kill: {e}"));
+            .expect("run kill");
         assert!(status.success(), "kill -TERM {pid}");
         let exit = tokio::time::timeout(Duration::from_secs(20), self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("the server did not stop within 20 s of SIGTERM"))
-            .unwrap_or_else(|e| panic!("wait for the server: {e}"));
+            .expect("wait for the server");
         assert!(exit.success(), "clean exit after SIGTERM: {exit}");
-        self.stdout_rest
-            .await
-            .unwrap_or_else(|e| panic!("stdout reader: {e}"))
+        self.stdout_rest.await.expect("stdout reader")
     }
 }
 
@@ -521,9 +519,9 @@ async fn full_run(c: &Client) -> (Vec<String>, Vec<String>) {
 }
 
 async fn logs_carry_no_secret(format: &str) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let log_path = dir.path().join("stderr.log");
-    let log_file = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
+    let log_file = std::fs::File::create(&log_path).expect("log file");
     const INGEST: &str = "ingest-0123456789abcdef0123456789";
     let server = start(
         &["--log-format", format, "--email-ingest-secret", INGEST],
@@ -545,7 +543,7 @@ async fn logs_carry_no_secret(format: &str) {
             .body("From: a@example.com\r\nSubject: hi\r\n\r\nbody\r\n")
             .send()
             .await
-            .unwrap_or_else(|e| panic!("webhook: {e}"));
+            .expect("webhook");
         assert_eq!(r.status(), status);
     }
     secrets.push(INGEST.to_owned());
@@ -766,7 +764,7 @@ fn dudect_verify_secret() {
 async fn wait_for_room_in_the_window(budget: Duration) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("clock before 1970: {e}"));
+        .expect("clock before 1970");
     let into_minute = Duration::from_millis((now.as_millis() % 60_000) as u64);
     let left = Duration::from_secs(60) - into_minute;
     if left < budget {

@@ -49,26 +49,19 @@ async fn lettre_delivers_to_a_waiting_long_poll() {
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let email = Message::builder()
-        .from(
-            "Ada Lovelace <ada@example.com>"
-                .parse()
-                .unwrap_or_else(|e| panic!("{e}")),
-        )
-        .to(a.email.parse().unwrap_or_else(|e| panic!("{e}")))
+        .from("Ada Lovelace <ada@example.com>".parse().unwrap())
+        .to(a.email.parse().unwrap())
         .subject("Invoice 42")
         .message_id(Some("<lettre-1@example.com>".into()))
         .body("Please pay.\r\n.Dotted line.".to_owned())
-        .unwrap_or_else(|e| panic!("build the message: {e}"));
+        .expect("build the message");
     let mailer = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
         .port(s.port())
         .build();
-    let response = mailer
-        .send(email)
-        .await
-        .unwrap_or_else(|e| panic!("lettre send: {e}"));
+    let response = mailer.send(email).await.expect("lettre send");
     assert!(response.is_positive(), "{response:?}");
 
-    let (events, waited) = poll.await.unwrap_or_else(|e| panic!("poll task: {e}"));
+    let (events, waited) = poll.await.expect("poll task");
     assert!(
         waited < Duration::from_secs(10),
         "woken by the mail: {waited:?}"
@@ -134,7 +127,7 @@ print("sent")
         .stderr(Stdio::piped())
         .output()
         .await
-        .unwrap_or_else(|e| panic!("run python3: {e}"));
+        .expect("run python3");
     assert!(
         out.status.success(),
         "python3 smtplib: {}",
@@ -269,7 +262,7 @@ async fn every_reply_code() {
         .bearer_auth(&gone.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("DELETE: {e}"));
+        .expect("DELETE");
     assert_eq!(r.status(), 204);
 
     let (mut c, _) = Raw::connect(&s.smtp).await;
@@ -546,7 +539,7 @@ async fn caps_and_timeouts_close_sessions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_answers_idle_sessions_and_lets_data_finish() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let dir_path = dir.path().to_owned();
     let mut s = serve_in(dir, DOMAIN, &[]).await;
     let http = reqwest::Client::new();
@@ -574,7 +567,7 @@ async fn sigterm_answers_idle_sessions_and_lets_data_finish() {
     let status = tokio::time::timeout(Duration::from_secs(15), s.child.wait())
         .await
         .unwrap_or_else(|_| panic!("the server did not exit within 15 s of SIGTERM"))
-        .unwrap_or_else(|e| panic!("wait: {e}"));
+        .expect("wait");
     assert!(status.success(), "clean exit: {status}");
     assert!(
         TcpStream::connect(&s.smtp).await.is_err(),
@@ -598,13 +591,12 @@ async fn sigterm_answers_idle_sessions_and_lets_data_finish() {
 fn self_signed(dir: &Path) -> (String, String, String) {
     let ck =
         rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .unwrap_or_else(|e| panic!("rcgen: {e}"));
+            .expect("rcgen");
     let cert_pem = ck.cert.pem();
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
-    std::fs::write(&cert, &cert_pem).unwrap_or_else(|e| panic!("write cert: {e}"));
-    std::fs::write(&key, ck.signing_key.serialize_pem())
-        .unwrap_or_else(|e| panic!("write key: {e}"));
+    std::fs::write(&cert, &cert_pem).expect("write cert");
+    std::fs::write(&key, ck.signing_key.serialize_pem()).expect("write key");
     (
         cert.display().to_string(),
         key.display().to_string(),
@@ -616,7 +608,7 @@ fn self_signed(dir: &Path) -> (String, String, String) {
 async fn starttls_with_lettre_and_smtplib() {
     use lettre::transport::smtp::client::{Certificate, CertificateStore, Tls, TlsParameters};
     use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let certs = tempfile::tempdir().expect("temp dir");
     let (cert, key, cert_pem) = self_signed(certs.path());
     let s = serve(DOMAIN, &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
     let http = reqwest::Client::new();
@@ -631,25 +623,20 @@ async fn starttls_with_lettre_and_smtplib() {
     // lettre, verifying the certificate against it.
     let tls = TlsParameters::builder("localhost".to_owned())
         .certificate_store(CertificateStore::None)
-        .add_root_certificate(
-            Certificate::from_pem(cert_pem.as_bytes()).unwrap_or_else(|e| panic!("{e}")),
-        )
+        .add_root_certificate(Certificate::from_pem(cert_pem.as_bytes()).unwrap())
         .build_rustls()
-        .unwrap_or_else(|e| panic!("TLS parameters: {e}"));
+        .expect("TLS parameters");
     let mailer = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous("127.0.0.1")
         .port(s.port())
         .tls(Tls::Required(tls))
         .build();
     let email = Message::builder()
-        .from("ada@example.com".parse().unwrap_or_else(|e| panic!("{e}")))
-        .to(a.email.parse().unwrap_or_else(|e| panic!("{e}")))
+        .from("ada@example.com".parse().unwrap())
+        .to(a.email.parse().unwrap())
         .subject("Over TLS")
         .body("Encrypted.".to_owned())
-        .unwrap_or_else(|e| panic!("build the message: {e}"));
-    let response = mailer
-        .send(email)
-        .await
-        .unwrap_or_else(|e| panic!("lettre send over STARTTLS: {e}"));
+        .expect("build the message");
+    let response = mailer.send(email).await.expect("lettre send over STARTTLS");
     assert!(response.is_positive(), "{response:?}");
 
     // smtplib, verifying too; EHLO again after STARTTLS shows no STARTTLS.
@@ -669,7 +656,7 @@ with smtplib.SMTP("localhost", int(sys.argv[1]), local_hostname="py.example", ti
         .stderr(Stdio::piped())
         .output()
         .await
-        .unwrap_or_else(|e| panic!("run python3: {e}"));
+        .expect("run python3");
     assert!(
         out.status.success(),
         "python3 smtplib over STARTTLS: {}",
@@ -687,15 +674,13 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     use tokio_rustls::rustls;
     use tokio_rustls::rustls::pki_types::pem::PemObject;
     use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-    let certs = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let certs = tempfile::tempdir().expect("temp dir");
     let (cert, key, cert_pem) = self_signed(certs.path());
     let s = serve(DOMAIN, &["--smtp-tls-cert", &cert, "--smtp-tls-key", &key]).await;
     let http = reqwest::Client::new();
     let a = create(&http, &s.base).await;
 
-    let tcp = TcpStream::connect(&s.smtp)
-        .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+    let tcp = TcpStream::connect(&s.smtp).await.expect("connect");
     let mut plain = BufReader::new(tcp);
     starts(&read_reply(&mut plain).await, "220 ");
     starts(&exchange(&mut plain, "EHLO client.example").await, "250");
@@ -706,20 +691,20 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     );
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("root: {e}"));
+        .add(CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap())
+        .expect("root");
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let name = ServerName::try_from("localhost").unwrap_or_else(|e| panic!("{e}"));
+    let name = ServerName::try_from("localhost").unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, plain.into_inner())
         .await
-        .unwrap_or_else(|e| panic!("TLS handshake (the injected bytes must be dropped): {e}"));
+        .expect("TLS handshake (the injected bytes must be dropped)");
     let mut t = BufReader::new(tls);
     // The session starts afresh: no EHLO yet, and the injected MAIL is gone.
     starts(
@@ -740,9 +725,7 @@ async fn starttls_drops_what_was_pipelined_behind_it_and_starts_afresh() {
     );
     starts(&exchange(&mut t, "DATA").await, "354");
     let raw = message("tls@example.com", &a.email, "Private");
-    t.write_all(raw.as_bytes())
-        .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
+    t.write_all(raw.as_bytes()).await.expect("write");
     assert_eq!(exchange(&mut t, ".").await, "250 2.0.0 OK");
     starts(&exchange(&mut t, "QUIT").await, "221");
     let events = feed(&http, &s.base, &a, 0).await;
@@ -799,8 +782,8 @@ async fn dkim_signatures_verify_against_the_published_key() {
     use mail_auth::common::headers::HeaderWriter;
     use mail_auth::dkim::DkimSigner;
 
-    let pkcs8 = Ed25519Key::generate_pkcs8().unwrap_or_else(|e| panic!("generate a key: {e}"));
-    let key = Ed25519Key::from_pkcs8_der(&pkcs8).unwrap_or_else(|e| panic!("load the key: {e}"));
+    let pkcs8 = Ed25519Key::generate_pkcs8().expect("generate a key");
+    let key = Ed25519Key::from_pkcs8_der(&pkcs8).expect("load the key");
     let public = base64::engine::general_purpose::STANDARD.encode(key.public_key());
     let record: &'static str =
         Box::leak(format!("v=DKIM1; k=ed25519; p={public}").into_boxed_str());
@@ -823,7 +806,7 @@ async fn dkim_signatures_verify_against_the_published_key() {
         .selector("test")
         .headers(["From", "To", "Subject", "Message-ID"])
         .sign(body.as_bytes())
-        .unwrap_or_else(|e| panic!("sign: {e}"));
+        .expect("sign");
     let signed = format!("{}{body}", signature.to_header());
     // Relayed from a host the envelope domain does not allow: SPF fails, the signature aligns.
     assert_eq!(

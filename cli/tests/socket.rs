@@ -22,7 +22,7 @@ struct Server {
 }
 
 async fn server() -> Server {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) = common::spawn_serve(
         &dir.path().join("ws.db"),
         "127.0.0.1:0",
@@ -77,7 +77,7 @@ async fn hostile_frames_never_crash_anything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_socket_outlives_the_idle_timeout_and_closes_at_shutdown() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (mut child, base) = common::spawn_serve(
         &dir.path().join("ws.db"),
         "127.0.0.1:0",

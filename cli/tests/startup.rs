@@ -12,6 +12,7 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use agentaddress_blackbox::Client;
+use common::ServeCommand;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
@@ -45,6 +46,20 @@ async fn run_to_end(args: &[&str], within: Duration) -> (Output, Duration) {
     (out, started.elapsed())
 }
 
+/// `agentaddress serve ARGS…` run to its end within `within`, with `RUST_LOG=info` and no
+/// `NO_COLOR` from the environment.
+async fn serve_to_end(args: &[&str], within: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let out = ServeCommand::new()
+        .args(args)
+        .rust_log("info")
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .output(within)
+        .await;
+    (out, started.elapsed())
+}
+
 /// A `serve` started by a test: the process, its stdout after the lines read, its stderr.
 struct Serve {
     child: Child,
@@ -55,18 +70,14 @@ struct Serve {
 impl Serve {
     /// `agentaddress serve ARGS…` in `cwd`, with `RUST_LOG=warn`, stdout and stderr piped.
     fn start(cwd: &Path, args: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .arg("serve")
+        let mut child = ServeCommand::new()
             .args(args)
             .current_dir(cwd)
-            .env("RUST_LOG", "warn")
+            .rust_log("warn")
             .env_remove("NO_COLOR")
             .stdin(Stdio::null())
-            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start agentaddress serve: {e}"));
+            .spawn();
         let stdout = child
             .stdout
             .take()
@@ -88,7 +99,7 @@ impl Serve {
         tokio::time::timeout(Duration::from_secs(30), self.stdout.read_line(&mut line))
             .await
             .unwrap_or_else(|_| panic!("no stdout line within 30 s"))
-            .unwrap_or_else(|e| panic!("read serve's stdout: {e}"));
+            .expect("read serve's stdout");
         line
     }
 
@@ -100,7 +111,7 @@ impl Serve {
             let n = tokio::time::timeout(Duration::from_secs(30), self.stderr.read_line(&mut line))
                 .await
                 .unwrap_or_else(|_| panic!("no banner within 30 s: {lines:?}"))
-                .unwrap_or_else(|e| panic!("read serve's stderr: {e}"));
+                .expect("read serve's stderr");
             assert!(n > 0, "stderr ended before the banner did: {lines:?}");
             let line = line.trim_end().to_owned();
             let last = line.starts_with("Stop it with Ctrl-C");
@@ -132,12 +143,12 @@ async fn terminate(child: &mut Child) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
-        .unwrap_or_else(|e| panic!("run kill: {e}"));
+        .expect("run kill");
     assert!(status.success(), "kill -TERM {pid}");
     let exit = tokio::time::timeout(Duration::from_secs(20), child.wait())
         .await
         .unwrap_or_else(|_| panic!("the server did not stop within 20 s of SIGTERM"))
-        .unwrap_or_else(|e| panic!("wait for the server: {e}"));
+        .expect("wait for the server");
     assert!(exit.success(), "clean exit after SIGTERM: {exit}");
 }
 
@@ -147,8 +158,8 @@ async fn terminate(child: &mut Child) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_on_the_same_database_exits_and_the_first_keeps_waking_long_polls() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    std::fs::create_dir(dir.path().join("sub")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
     let db = dir.path().join("agentaddress.db");
     let (first, base) = common::spawn_serve(&db, "127.0.0.1:0", &[]).await;
     let first_pid = first.id().unwrap_or_else(|| panic!("no pid"));
@@ -157,9 +168,8 @@ async fn a_second_serve_on_the_same_database_exits_and_the_first_keeps_waking_lo
 
     // The same file by another spelling: the lock is the file's, not the spelling's.
     let other_spelling = dir.path().join("sub/../agentaddress.db");
-    let (out, took) = run_to_end(
+    let (out, took) = serve_to_end(
         &[
-            "serve",
             "--listen",
             "127.0.0.1:0",
             "--db",
@@ -205,7 +215,7 @@ async fn a_second_serve_on_the_same_database_exits_and_the_first_keeps_waking_lo
     c.deliver(&a, &json!({"type": "ping", "data": {"n": 1}}), None)
         .await
         .expect_status(202, "a delivery to the first server");
-    let (r, waited) = poll.await.unwrap_or_else(|e| panic!("poll task: {e}"));
+    let (r, waited) = poll.await.expect("poll task");
     r.expect_status(200, "the long poll");
     let events = r.json["events"].as_array().cloned().unwrap_or_default();
     assert_eq!(events.len(), 1, "{}", r.text);
@@ -238,13 +248,10 @@ async fn a_second_serve_on_the_same_database_exits_and_the_first_keeps_waking_lo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_goes_with_the_process_and_memory_takes_none() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("agentaddress.db");
     let (mut first, _) = common::spawn_serve(&db, "127.0.0.1:0", &[]).await;
-    first
-        .kill()
-        .await
-        .unwrap_or_else(|e| panic!("SIGKILL: {e}"));
+    first.kill().await.expect("SIGKILL");
     // SIGKILLed: the lock died with it, though its file (and the stale pid) stays.
     assert!(dir.path().join("agentaddress.db.lock").exists());
     let (second, base) = common::spawn_serve(&db, "127.0.0.1:0", &[]).await;
@@ -273,32 +280,18 @@ fn ms_values(logs: &str) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_to_a_file_have_no_colour_two_decimals_and_flag_values_as_spelled() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let log_path = dir.path().join("serve.log");
-    let log = std::fs::File::create(&log_path).unwrap_or_else(|e| panic!("log file: {e}"));
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--db"])
-        .arg(dir.path().join("agentaddress.db"))
-        .env("RUST_LOG", "info")
+    let log = std::fs::File::create(&log_path).expect("log file");
+    let (mut child, base, _stdout) = ServeCommand::new()
+        .listen("127.0.0.1:0")
+        .db(dir.path().join("agentaddress.db"))
+        .rust_log("info")
         .env_remove("NO_COLOR")
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start serve: {e}"));
-    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
-    let mut stdout = BufReader::new(stdout);
-    let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
-        .await
-        .unwrap_or_else(|_| panic!("serve did not start within 30 s"))
-        .unwrap_or_else(|e| panic!("read stdout: {e}"));
-    let base = line
-        .trim_end()
-        .strip_prefix("agentaddress listening on ")
-        .unwrap_or_else(|| panic!("first line: {line:?}"))
-        .to_owned();
+        .listening()
+        .await;
     let c = Client::new(&base);
     let a = c.new_address().await;
     for n in 0..3 {
@@ -309,7 +302,7 @@ async fn logs_to_a_file_have_no_colour_two_decimals_and_flag_values_as_spelled()
     c.events(&a, "after=0").await.expect_status(200, "the feed");
     terminate(&mut child).await;
 
-    let bytes = std::fs::read(&log_path).unwrap_or_else(|e| panic!("read log: {e}"));
+    let bytes = std::fs::read(&log_path).expect("read log");
     let logs = String::from_utf8_lossy(&bytes);
     assert!(
         !bytes.contains(&0x1b),
@@ -349,7 +342,7 @@ async fn a_terminal_gets_colour_unless_no_color_is_set() {
         let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
             .await
             .unwrap_or_else(|_| panic!("script did not end within 60 s"))
-            .unwrap_or_else(|e| panic!("run script (util-linux): {e}"));
+            .expect("run script (util-linux)");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             text.contains("serving the agentaddress API"),
@@ -376,7 +369,7 @@ async fn a_terminal_gets_colour_unless_no_color_is_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_banner_names_the_urls_and_the_absolute_database_and_stdout_is_unchanged() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     // A relative --db: the banner shows where it really is.
     let mut s = Serve::start(
         dir.path(),
@@ -430,7 +423,7 @@ async fn the_banner_names_the_urls_and_the_absolute_database_and_stdout_is_uncha
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_banner_of_a_wildcard_listener_an_in_memory_store_and_a_public_url() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let mut s = Serve::start(dir.path(), &["--listen", "0.0.0.0:0", "--db", ":memory:"]);
     let first = s.stdout_line().await;
     let port = first
@@ -477,12 +470,11 @@ async fn the_banner_of_a_wildcard_listener_an_in_memory_store_and_a_public_url()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fatal_errors_are_said_once_with_their_cause_in_words() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let root = canonical(dir.path(), "");
     let missing = root.join("missing/agentaddress.db");
-    let (out, _) = run_to_end(
+    let (out, _) = serve_to_end(
         &[
-            "serve",
             "--listen",
             "127.0.0.1:0",
             "--db",
@@ -505,14 +497,11 @@ async fn fatal_errors_are_said_once_with_their_cause_in_words() {
     assert!(!root.join("missing").exists(), "no directory was made");
 
     // A port another process listens on.
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-    let addr = taken
-        .local_addr()
-        .unwrap_or_else(|e| panic!("{e}"))
-        .to_string();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
     let db = root.join("port.db");
-    let (out, _) = run_to_end(
-        &["serve", "--listen", &addr, "--db", &db.to_string_lossy()],
+    let (out, _) = serve_to_end(
+        &["--listen", &addr, "--db", &db.to_string_lossy()],
         Duration::from_secs(30),
     )
     .await;
@@ -534,9 +523,8 @@ async fn fatal_errors_are_said_once_with_their_cause_in_words() {
     assert!(!db.exists(), "a taken port makes no database");
 
     // With JSON logs, the error is one JSON line.
-    let (out, _) = run_to_end(
+    let (out, _) = serve_to_end(
         &[
-            "serve",
             "--log-format",
             "json",
             "--listen",
@@ -595,7 +583,7 @@ fn help_flags(help: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_flag_of_serve_is_in_the_readme_configuration_tables() {
-    let (out, _) = run_to_end(&["serve", "--help"], Duration::from_secs(30)).await;
+    let (out, _) = serve_to_end(&["--help"], Duration::from_secs(30)).await;
     assert!(out.status.success(), "{out:?}");
     let help = String::from_utf8_lossy(&out.stdout);
     let flags = help_flags(&help);
@@ -608,7 +596,7 @@ async fn every_flag_of_serve_is_in_the_readme_configuration_tables() {
         "hidden flags are not listed"
     );
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .unwrap_or_else(|e| panic!("read README.md: {e}"));
+        .expect("read README.md");
     let section = readme
         .split_once("\n## Configuration\n")
         .map(|(_, rest)| rest)

@@ -28,7 +28,7 @@ use tokio::process::Child;
 const SOON: Duration = Duration::from_secs(20);
 
 async fn server(extra: &[&str]) -> (Child, String, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let mut args = vec!["--creations-per-minute", "1000"];
     args.extend_from_slice(extra);
     let (child, base) =
@@ -113,7 +113,7 @@ async fn a_resuming_client_sees_every_event_once_in_order_under_concurrent_deliv
         drop(s);
     }
     for s in senders {
-        s.await.unwrap_or_else(|e| panic!("sender: {e}"));
+        s.await.expect("sender");
     }
     assert!(connections > 5, "the client reconnected several times");
     // What the stream sent is the feed, event for event.
@@ -243,7 +243,7 @@ async fn the_longest_duration_ends_a_stream_and_the_client_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn graceful_shutdown_ends_open_streams_and_the_server_exits() {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (mut child, base, _) = common::spawn_serve_with(
         &dir.path().join("agentaddress.db"),
         "127.0.0.1:0",
@@ -269,7 +269,7 @@ async fn graceful_shutdown_ends_open_streams_and_the_server_exits() {
     let killed = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
-        .unwrap_or_else(|e| panic!("kill: {e}"));
+        .expect("kill");
     assert!(killed.success());
     for s in &mut streams {
         assert_eq!(
@@ -281,7 +281,7 @@ async fn graceful_shutdown_ends_open_streams_and_the_server_exits() {
     let status = tokio::time::timeout(SOON, child.wait())
         .await
         .unwrap_or_else(|_| panic!("the server exits after SIGTERM with streams open"))
-        .unwrap_or_else(|e| panic!("wait: {e}"));
+        .expect("wait");
     assert!(status.success(), "clean exit: {status}");
 }
 
@@ -385,7 +385,7 @@ async fn streams_count_against_the_connection_caps() {
     let authority = base.trim_start_matches("http://");
     let mut third = tokio::net::TcpStream::connect(authority)
         .await
-        .unwrap_or_else(|e| panic!("connect: {e}"));
+        .expect("connect");
     let request = format!(
         "GET {}/stream HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\n\r\n",
         a.events_url.trim_start_matches(&base),

@@ -22,7 +22,7 @@ struct Server {
 }
 
 async fn server(extra: &[&str]) -> Server {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let (child, base) = common::spawn_serve(&dir.path().join("w.db"), "127.0.0.1:0", extra).await;
     Server { child, base, dir }
 }
@@ -48,13 +48,13 @@ async fn start_wait(cli: &Cli, args: &[&str]) -> Waiting {
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run agentaddress wait: {e}"));
+        .expect("cannot run agentaddress wait");
     let mut stderr = BufReader::new(child.stderr.take().unwrap_or_else(|| panic!("no stderr")));
     let mut notice = String::new();
     tokio::time::timeout(Duration::from_secs(20), stderr.read_line(&mut notice))
         .await
         .unwrap_or_else(|_| panic!("wait {args:?} said nothing on stderr within 20 s"))
-        .unwrap_or_else(|e| panic!("reading wait's stderr: {e}"));
+        .expect("reading wait's stderr");
     Waiting {
         child,
         args: args.iter().map(|s| (*s).to_owned()).collect(),
@@ -78,8 +78,7 @@ impl Waiting {
                 stdout.read_to_string(&mut out),
                 self.stderr.read_to_string(&mut rest)
             );
-            a.and(b)
-                .unwrap_or_else(|e| panic!("reading wait's output: {e}"));
+            a.and(b).expect("reading wait's output");
             self.child.wait().await
         })
         .await
@@ -100,7 +99,7 @@ impl Waiting {
         let status = std::process::Command::new("kill")
             .args(["-INT", &pid.to_string()])
             .status()
-            .unwrap_or_else(|e| panic!("kill: {e}"));
+            .expect("kill");
         assert!(status.success());
     }
 }
@@ -204,7 +203,7 @@ async fn concurrent_writers_all_print_in_order_once() {
         })
     });
     for w in futures::future::join_all(writers).await {
-        w.unwrap_or_else(|e| panic!("a writer: {e}"));
+        w.expect("a writer");
     }
     let out = w.finish(&mut cli, Duration::from_secs(120)).await;
     assert_eq!(out.code, 0, "{out:?}");
@@ -269,7 +268,7 @@ async fn timeout_gone_unauthorized_and_ctrl_c() {
         .bearer_auth(cli.token("t"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     assert_eq!(deleted.status().as_u16(), 204);
     let out = w.finish(&mut cli, Duration::from_secs(10)).await;
     assert_eq!(out.code, 5, "{out:?}");
@@ -286,9 +285,8 @@ async fn timeout_gone_unauthorized_and_ctrl_c() {
     create(&mut cli, "u").await;
     let token = cli.token("u");
     let file = cli.file("u");
-    let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(&file, text.replace(&token, "aat_wrong_token_0123456789"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace(&token, "aat_wrong_token_0123456789")).unwrap();
     let out = cli.run(&["wait", "u"]).await;
     check_failure(&out, 5, "unauthorized");
     cli.fails(&["wait", "nope"], 4, "unknown_task").await;
@@ -361,7 +359,7 @@ async fn reconnects_after_a_restart_and_loses_nothing() {
         .strip_prefix("http://")
         .unwrap_or_else(|| panic!("{}", s.base))
         .to_owned();
-    s.child.kill().await.unwrap_or_else(|e| panic!("{e}"));
+    s.child.kill().await.unwrap();
     let db = s.dir.path().join("w.db");
     let (child, base, _stdout) =
         common::spawn_serve_with(&db, &listen, &[], "warn", Stdio::inherit()).await;

@@ -512,9 +512,7 @@ async fn admin(shared: &Shared, req: Request<Incoming>) -> Result<Response<Full<
 
 /// Sends the request upstream and reads the whole response.
 async fn forward(
-    shared: &Shared,
-    parts: http::request::Parts,
-    body: Bytes,
+    shared: &Shared, parts: http::request::Parts, body: Bytes,
 ) -> Result<Response<Full<Bytes>>, String> {
     let mut uri = shared.upstream.clone().into_parts();
     if let Some(pq) = parts.uri.path_and_query() {
@@ -543,8 +541,7 @@ async fn forward(
 }
 
 async fn handle(
-    shared: Arc<Shared>,
-    req: Request<Incoming>,
+    shared: Arc<Shared>, req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Closed> {
     if req.uri().path().starts_with(ADMIN_PREFIX) {
         return admin(&shared, req).await;
@@ -596,9 +593,7 @@ impl FaultProxy {
     /// Listens on `listen` (port 0: any free port) and forwards to `upstream`
     /// (`http://HOST:PORT`).
     pub async fn start(
-        listen: SocketAddr,
-        upstream: &str,
-        config: FaultConfig,
+        listen: SocketAddr, upstream: &str, config: FaultConfig,
     ) -> Result<Self, Error> {
         let parsed: Uri = upstream
             .parse()

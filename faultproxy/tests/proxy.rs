@@ -115,9 +115,7 @@ fn client() -> reqwest::Client {
 }
 
 async fn call(
-    proxy: &FaultProxy,
-    op: &str,
-    body: &'static [u8],
+    proxy: &FaultProxy, op: &str, body: &'static [u8],
 ) -> Result<reqwest::Response, reqwest::Error> {
     client()
         .post(format!("{}/", proxy.url()))

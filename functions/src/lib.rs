@@ -9,16 +9,18 @@ use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::routes::Shape;
 use agentaddress_api::send_delivery::{consume_send, Dispatch, Outbound, RetryPolicy};
 use agentaddress_api::{self as api, ApiConfig, AppState, ClientIp, Routes};
+use agentaddress_aws::AwsConfig;
+use agentaddress_aws::{handle_purge_message, DynamoStore, MessageBucket, PurgeQueue};
 use agentaddress_core::domain::{Clock, SystemClock};
-use agentaddress_dynamodb::AwsConfig;
-use agentaddress_dynamodb::{handle_purge_message, DynamoStore, MessageBucket, PurgeQueue};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 use lambda_http::request::RequestContext;
 use lambda_http::RequestExt;
 use lambda_runtime::LambdaEvent;
 
 pub mod sockets;
+pub mod wake;
 pub use sockets::run_ws;
+pub use wake::run_wake;
 
 pub type Error = lambda_http::Error;
 
@@ -49,21 +51,21 @@ pub fn init_tracing() {
 
 /// What gives the store its email bucket: [`MAIL`] in the functions that read mail, `None` in
 /// the others, so that only those link the S3 client.
-type Bucket = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn MessageBucket>>;
+type Bucket = fn(&AwsConfig, &agentaddress_aws::SdkConfig) -> Option<Arc<dyn MessageBucket>>;
 
 /// The email bucket of the configuration (`AGENTADDRESS_EMAIL_BUCKET`).
 const MAIL: Bucket = AwsConfig::email_bucket_with;
 
 /// What gives the store its purge queue: [`PURGES`] in the functions that delete or purge
 /// addresses, `None` in the others, so that only those link the SQS client.
-type Queue = fn(&AwsConfig, &agentaddress_dynamodb::SdkConfig) -> Option<Arc<dyn PurgeQueue>>;
+type Queue = fn(&AwsConfig, &agentaddress_aws::SdkConfig) -> Option<Arc<dyn PurgeQueue>>;
 
 /// The purge queue of the configuration (`AGENTADDRESS_PURGE_QUEUE_URL`).
 const PURGES: Queue = AwsConfig::purge_queue_with;
 
 /// What gives a function outbound email (docs/API.md §16): [`SENDING`] in the functions that
 /// send, `None` in the others, so that only those link SES and the mail builder.
-type Sending = fn(&agentaddress_dynamodb::SdkConfig) -> Result<Option<Arc<Outbound>>, String>;
+type Sending = fn(&agentaddress_aws::SdkConfig) -> Result<Option<Arc<Outbound>>, String>;
 
 /// Outbound email from the environment: `AGENTADDRESS_EMAIL_FROM` (the sender, a verified SES
 /// identity) and `AGENTADDRESS_SEND_QUEUE_URL` (the send queue), with
@@ -74,9 +76,7 @@ fn env_value(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn outbound_from_env(
-    sdk: &agentaddress_dynamodb::SdkConfig,
-) -> Result<Option<Arc<Outbound>>, String> {
+fn outbound_from_env(sdk: &agentaddress_aws::SdkConfig) -> Result<Option<Arc<Outbound>>, String> {
     let (from, queue_url) = match (
         env_value("AGENTADDRESS_EMAIL_FROM"),
         env_value("AGENTADDRESS_SEND_QUEUE_URL"),
@@ -138,20 +138,16 @@ impl Dispatch for SendQueue {
 }
 
 async fn store(
-    service: &ServiceConfig,
-    bucket: Option<Bucket>,
-    purges: Option<Queue>,
+    service: &ServiceConfig, bucket: Option<Bucket>, purges: Option<Queue>,
 ) -> Result<DynamoStore, Error> {
     Ok(store_and_sdk(service, bucket, purges).await?.0)
 }
 
 async fn store_and_sdk(
-    service: &ServiceConfig,
-    bucket: Option<Bucket>,
-    purges: Option<Queue>,
-) -> Result<(DynamoStore, agentaddress_dynamodb::SdkConfig), Error> {
+    service: &ServiceConfig, bucket: Option<Bucket>, purges: Option<Queue>,
+) -> Result<(DynamoStore, agentaddress_aws::SdkConfig), Error> {
     let aws = AwsConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    let sdk = agentaddress_dynamodb::lambda_sdk_config().await;
+    let sdk = agentaddress_aws::lambda_sdk_config().await;
     let mut store = aws.store_with(&sdk, service.tombstone_seconds);
     if let Some(queue) = purges.and_then(|q| q(&aws, &sdk)) {
         store = store.with_purge_queue(queue);
@@ -163,6 +159,11 @@ async fn store_and_sdk(
     // After each append, the subscribed wake-up sockets are told (docs/API.md §17).
     if let Some(poster) = aws.socket_poster_with(&sdk) {
         store = store.with_sockets(poster);
+    }
+    // After an append that wakes the address's hooks, the address goes to the wake queue
+    // (docs/API.md §19; the `wake` function consumes it).
+    if let Some(queue) = aws.wake_queue_with(&sdk) {
+        store = store.with_wake_queue(queue);
     }
     Ok((store, sdk))
 }
@@ -196,20 +197,14 @@ pub async fn run_http_reading_mail(groups: &[&'static Routes]) -> Result<(), Err
 /// function (the `service` function, API Gateway's catch-all, passes every route's shape: see
 /// [`api::router_of`]).
 pub async fn run_http_with(
-    groups: &[&'static Routes],
-    mcp: Option<api::McpRoute>,
-    others: &[Shape],
+    groups: &[&'static Routes], mcp: Option<api::McpRoute>, others: &[Shape],
 ) -> Result<(), Error> {
     serve_http(groups, mcp, others, None, None, None).await
 }
 
 async fn serve_http(
-    groups: &[&'static Routes],
-    mcp: Option<api::McpRoute>,
-    others: &[Shape],
-    bucket: Option<Bucket>,
-    purges: Option<Queue>,
-    sending: Option<Sending>,
+    groups: &[&'static Routes], mcp: Option<api::McpRoute>, others: &[Shape],
+    bucket: Option<Bucket>, purges: Option<Queue>, sending: Option<Sending>,
 ) -> Result<(), Error> {
     init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
@@ -240,10 +235,19 @@ async fn serve_http(
 /// answer, so `GET {root}/events/stream` answers 501 `not_supported`, docs/API.md §14), and the
 /// wake-up socket at `AGENTADDRESS_WS_URL` (the WebSocket API, docs/API.md §17) when it is set.
 pub fn http_state(
-    store: Arc<dyn agentaddress_core::store::Store>,
-    service: &ServiceConfig,
+    store: Arc<dyn agentaddress_core::store::Store>, service: &ServiceConfig,
 ) -> AppState {
+    // Wake hooks' URLs checked at creation and called by `POST {root}/hooks/{id}/test`
+    // (docs/API.md §19); a client that cannot be built leaves the hook routes 501.
+    let caller = match agentaddress_outbound::wake::WakeSender::new(service.allow_private_hooks) {
+        Ok(sender) => Some(Arc::new(sender) as Arc<dyn agentaddress_core::relay::HookCaller>),
+        Err(e) => {
+            tracing::error!(error = %e, "no wake sender");
+            None
+        }
+    };
     AppState::new(store, ApiConfig::from(service))
+        .with_hook_caller(caller)
         .with_streams(None)
         .with_ws(service.ws_url.clone().map(api::WsEndpoint::At))
 }
@@ -310,11 +314,8 @@ where
 
 /// Handles one SQS batch of the send queue.
 pub async fn send_batch(
-    store: &DynamoStore,
-    outbound: &Outbound,
-    queue: &SendQueue,
-    limits: &agentaddress_core::domain::Limits,
-    batch: SqsEvent,
+    store: &DynamoStore, outbound: &Outbound, queue: &SendQueue,
+    limits: &agentaddress_core::domain::Limits, batch: SqsEvent,
 ) -> SqsBatchResponse {
     consume_batch(batch, |record| async move {
         let id = record.message_id.as_deref().unwrap_or_default();
@@ -357,7 +358,7 @@ pub async fn send_batch(
     .await
 }
 
-pub use agentaddress_dynamodb::PURGE_STEPS_PER_MESSAGE;
+pub use agentaddress_aws::PURGE_STEPS_PER_MESSAGE;
 
 /// The purge queue consumer: each message names a deleted address; failures are reported per
 /// message so only those are retried (and dead-lettered after five receives).
@@ -416,9 +417,7 @@ pub async fn run_email() -> Result<(), Error> {
 
 /// Handles one SQS batch of the email queue.
 pub async fn email_batch(
-    store: &DynamoStore,
-    config: &ApiConfig,
-    batch: SqsEvent,
+    store: &DynamoStore, config: &ApiConfig, batch: SqsEvent,
 ) -> SqsBatchResponse {
     consume_batch(batch, |record| async move {
         let body = record.body.as_deref().unwrap_or("");
@@ -437,12 +436,9 @@ pub async fn email_batch(
 /// done. Delivering is idempotent on SES's message id, so a notification seen again (a
 /// redelivery, the function dying before the queue heard of its success) appends nothing new.
 pub async fn email_message(
-    store: &DynamoStore,
-    config: &ApiConfig,
-    body: &str,
-    now: agentaddress_core::domain::Millis,
+    store: &DynamoStore, config: &ApiConfig, body: &str, now: agentaddress_core::domain::Millis,
 ) -> Result<(), String> {
-    use agentaddress_dynamodb::bucket::INBOUND_PREFIX;
+    use agentaddress_aws::bucket::INBOUND_PREFIX;
     use agentaddress_email::{ProviderOutcome, S3Notification};
     let bucket = store.email_bucket().ok_or("no email bucket configured")?;
     let objects = match agentaddress_email::s3_notification(body).map_err(|e| e.to_string())? {
@@ -463,7 +459,7 @@ pub async fn email_message(
             continue;
         };
         let raw = match bucket
-            .get(&object.key, agentaddress_dynamodb::MAX_OBJECT_BYTES)
+            .get(&object.key, agentaddress_aws::MAX_OBJECT_BYTES)
             .await
             .map_err(|e| e.to_string())?
         {

@@ -1,14 +1,15 @@
 //! The wake-up socket on AWS (docs/API.md §17): the `ws` function, which answers the frames
 //! API Gateway's WebSocket API hands it. The appending functions tell the subscribed sockets
-//! through agentaddress-dynamodb's `ApiGatewayPoster`.
+//! through agentaddress-aws's `ApiGatewayPoster`.
 
+use agentaddress_core::store::prelude::*;
 use std::sync::Arc;
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::socket::{self as protocol, ClientFrame};
 use agentaddress_api::AppState;
+use agentaddress_aws::{DynamoStore, Subscribed};
 use agentaddress_core::domain::{Clock, Millis, SystemClock};
-use agentaddress_dynamodb::{DynamoStore, Subscribed};
 use aws_lambda_events::apigw::{ApiGatewayProxyResponse, ApiGatewayWebsocketProxyRequest};
 use aws_lambda_events::encodings::Body;
 use lambda_runtime::LambdaEvent;
@@ -22,7 +23,7 @@ use crate::Error;
 pub async fn run_ws() -> Result<(), Error> {
     crate::init_tracing();
     let service = ServiceConfig::from_env().map_err(|e| format!("configuration: {e}"))?;
-    // The purge queue carries the expiry watches (agentaddress-dynamodb's sockets module).
+    // The purge queue carries the expiry watches (agentaddress-aws's sockets module).
     let (store, _) = crate::store_and_sdk(&service, None, Some(crate::PURGES)).await?;
     let state = crate::http_state(Arc::new(store.clone()), &service);
     let handler = Arc::new((store, state));
@@ -41,10 +42,7 @@ pub async fn run_ws() -> Result<(), Error> {
 
 /// Answers one event of the WebSocket API.
 pub async fn ws_event(
-    store: &DynamoStore,
-    state: &AppState,
-    event: ApiGatewayWebsocketProxyRequest,
-    now: Millis,
+    store: &DynamoStore, state: &AppState, event: ApiGatewayWebsocketProxyRequest, now: Millis,
 ) -> ApiGatewayProxyResponse {
     let ctx = &event.request_context;
     let connection_id = ctx.connection_id.as_deref().unwrap_or("");
@@ -86,11 +84,7 @@ pub async fn ws_event(
 
 /// Answers one client frame of `connection_id`.
 async fn frame(
-    store: &DynamoStore,
-    state: &AppState,
-    connection_id: &str,
-    connected_at: Millis,
-    text: &str,
+    store: &DynamoStore, state: &AppState, connection_id: &str, connected_at: Millis, text: &str,
     now: Millis,
 ) -> serde_json::Value {
     let frame = match protocol::parse(text) {
@@ -116,9 +110,8 @@ async fn frame(
                 Ok(record) => record,
                 Err(refusal) => return refusal,
             };
-            let lifetime =
-                Millis::try_from(agentaddress_dynamodb::SUBSCRIPTION_LIFETIME.as_millis())
-                    .unwrap_or(Millis::MAX);
+            let lifetime = Millis::try_from(agentaddress_aws::SUBSCRIPTION_LIFETIME.as_millis())
+                .unwrap_or(Millis::MAX);
             let until = connected_at.saturating_add(lifetime);
             match store
                 .subscribe_socket(&address_id, connection_id, until, now)
@@ -143,8 +136,8 @@ async fn frame(
                 }
             }
             // Subscribed before the sequence is read: an append after it finds the
-            // subscription (sockets module of agentaddress-dynamodb).
-            use agentaddress_core::store::Store;
+            // subscription (sockets module of agentaddress-aws).
+
             match store.last_sequence(&address_id, now).await {
                 Ok(last) => protocol::subscribed(&address_id, last),
                 Err(agentaddress_core::store::StoreError::AddressGone) => {

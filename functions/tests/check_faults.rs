@@ -53,9 +53,7 @@ async fn checker_finds_no_anomaly_with_dynamodb_faults() {
     println!(
         "agentaddress-check: seed {seed}, {ops} operations against {url} (faults via {proxy})"
     );
-    let report = check::run(config)
-        .await
-        .unwrap_or_else(|e| panic!("the check could not run: {e}"));
+    let report = check::run(config).await.expect("the check could not run");
     let after = stats(&proxy).await;
 
     let requests = count(&after["requests"]) - count(&before["requests"]);

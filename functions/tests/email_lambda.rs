@@ -51,7 +51,7 @@ fn as_ses_stored(ses_id: &str, rcpt: &str, message: &[u8]) -> Vec<u8> {
 }
 
 async fn s3() -> aws_sdk_s3::Client {
-    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let sdk = agentaddress_aws::sdk_config().await;
     aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&sdk)
             .force_path_style(true)
@@ -71,7 +71,7 @@ async fn put_inbound(ses_id: &str, raw: Vec<u8>) {
 }
 
 async fn sqs() -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::new(&agentaddress_dynamodb::sdk_config().await)
+    aws_sdk_sqs::Client::new(&agentaddress_aws::sdk_config().await)
 }
 
 /// The bodies of the messages now in the email queue's dead-letter queue (left there).
@@ -121,11 +121,9 @@ async fn invoke_email(ses_id: &str, message_id: &str) -> Value {
         .json(&event)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("invoke email: {e}"));
+        .expect("invoke email");
     assert_eq!(r.status(), 200, "the email function answered");
-    r.json()
-        .await
-        .unwrap_or_else(|e| panic!("email's answer: {e}"))
+    r.json().await.expect("email's answer")
 }
 
 /// The SES door: `mail` stored as SES's S3 action stores it, under `inbound/{mail.id}`; S3
@@ -139,10 +137,7 @@ impl Door for BucketDoor {
     }
 
     fn deliver<'a>(
-        &'a self,
-        _c: &'a Client,
-        mail: &'a Mail,
-        _again: bool,
+        &'a self, _c: &'a Client, mail: &'a Mail, _again: bool,
     ) -> BoxFuture<'a, Option<Resp>> {
         Box::pin(async move {
             put_inbound(&mail.id, self.stored_bytes(mail)).await;
@@ -210,7 +205,7 @@ async fn the_webhook_door_on_lambda_refuses_what_it_must() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
+async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_once() {
     let c = client();
     let a = c.new_address().await;
     let email = email::email_of(&a);
@@ -221,14 +216,10 @@ async fn a_message_ses_writes_to_the_bucket_reaches_the_feed_within_5_s_once() {
         &tagged,
         &email::message("ses-1@example.com", &email, b"%PDF-1.4 tiny"),
     );
-    let start = Instant::now();
     put_inbound(&ses_id, raw.clone()).await;
-    let mut evs = Vec::new();
-    while start.elapsed() < Duration::from_secs(5) && evs.is_empty() {
-        evs = events(&c, &a, 1).await;
-    }
-    let took = start.elapsed();
-    assert_eq!(evs.len(), 1, "the event within 5 s (waited {took:?})");
+    // How soon is the benchmarks' business (docs/PERFORMANCE.md); here it is printed.
+    let (evs, took) = email::events_within(&c, &a, 0, email::MAIL_DEADLINE).await;
+    assert_eq!(evs.len(), 1, "one event (waited {took:?}): {evs:?}");
     let e = &evs[0];
     assert_eq!(
         e["data"]["email_id"],
@@ -346,11 +337,7 @@ async fn a_notification_delivered_again_and_concurrently_makes_one_event() {
             );
         }
     }
-    let start = Instant::now();
-    let mut evs = Vec::new();
-    while start.elapsed() < Duration::from_secs(25) && evs.is_empty() {
-        evs = events(&c, &a, 1).await;
-    }
+    email::events_within(&c, &a, 0, email::MAIL_DEADLINE).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let evs = events(&c, &a, 0).await;
     assert_eq!(evs.len(), 1, "one event: {evs:?}");
@@ -372,7 +359,7 @@ async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
     let raw = as_ses_stored(&ses_id, &email, &message);
     put_inbound(&ses_id, raw.clone()).await;
     // 10 MB through the emulators on a loaded test machine may take a while.
-    let evs = events(&c, &a, 25).await;
+    let (evs, _) = email::events_within(&c, &a, 0, email::MAIL_DEADLINE).await;
     assert_eq!(evs.len(), 1, "the large message's event: {evs:?}");
     let event_id = evs[0]["id"].as_str().unwrap_or_default();
     let att = evs[0]["data"]["attachments"][0]["id"]
@@ -382,7 +369,7 @@ async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
     let no_redirects = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .unwrap_or_else(|e| panic!("client: {e}"));
+        .expect("client");
     for (rest, expected, content_type) in [
         (format!("attachments/{att}"), &pdf, "application/pdf"),
         ("raw".to_owned(), &raw, "message/rfc822"),
@@ -436,23 +423,18 @@ async fn a_download_too_large_for_lambda_is_a_link_that_needs_no_token() {
         .bearer_auth(&a.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("GET raw?redirect=false: {e}"));
+        .expect("GET raw?redirect=false");
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["agentaddress-download"], "link");
     assert_eq!(r.headers()["cache-control"], "private, no-store");
     assert_eq!(r.headers()["referrer-policy"], "no-referrer");
-    let view: serde_json::Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("the link's JSON: {e}"));
+    let view: serde_json::Value = r.json().await.expect("the link's JSON");
     let expires = view["expires_at"].as_str().unwrap_or_default();
     assert!(expires.ends_with('Z') && expires.len() == 24, "{view}");
     let link = view["url"].as_str().unwrap_or_default();
-    let r = reqwest::get(link)
-        .await
-        .unwrap_or_else(|e| panic!("GET the JSON's link: {e}"));
+    let r = reqwest::get(link).await.expect("GET the JSON's link");
     assert_eq!(r.status(), 200, "{view}");
-    let bytes = r.bytes().await.unwrap_or_else(|e| panic!("read: {e}"));
+    let bytes = r.bytes().await.expect("read");
     assert!(
         bytes.as_ref() == raw.as_slice(),
         "the JSON's link serves the message"

@@ -69,7 +69,7 @@ async fn deleted_address_is_purged_from_the_table() {
     )
     .await
     .expect_status(200, "put");
-    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let sdk = agentaddress_aws::sdk_config().await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let items = || async {
         ddb.query()

@@ -12,9 +12,9 @@ use tower::ServiceExt;
 
 #[tokio::test]
 async fn a_request_through_a_function_router_is_an_emf_metric() {
-    let collector = init_metrics().unwrap_or_else(|e| panic!("init: {e}"));
-    let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("config: {e}"));
-    let store = Arc::new(SqliteStore::open_in_memory().unwrap_or_else(|e| panic!("store: {e}")));
+    let collector = init_metrics().expect("init");
+    let service = ServiceConfig::from_env().expect("config");
+    let store = Arc::new(SqliteStore::open_in_memory().expect("store"));
     let router = agentaddress_api::router_of(
         &[&agentaddress_api::routes::groups::SERVICE],
         http_state(store, &service),
@@ -27,16 +27,14 @@ async fn a_request_through_a_function_router_is_an_emf_metric() {
             .oneshot(
                 http::Request::get("/healthz")
                     .body(axum::body::Body::empty())
-                    .unwrap_or_else(|e| panic!("request: {e}")),
+                    .expect("request"),
             )
             .await
-            .unwrap_or_else(|e| panic!("router: {e}"));
+            .expect("router");
         assert_eq!(r.status(), 200);
     }
     let mut out = Vec::new();
-    collector
-        .flush(&mut out)
-        .unwrap_or_else(|e| panic!("flush: {e}"));
+    collector.flush(&mut out).expect("flush");
     let text = String::from_utf8_lossy(&out);
     let docs: Vec<Value> = text
         .lines()

@@ -29,10 +29,10 @@ fn moto_url() -> String {
 async fn sent_to(to: &str) -> Vec<String> {
     let data: Value = reqwest::get(format!("{}/moto-api/data.json", moto_url()))
         .await
-        .unwrap_or_else(|e| panic!("moto data: {e}"))
+        .expect("moto data")
         .json()
         .await
-        .unwrap_or_else(|e| panic!("moto data JSON: {e}"));
+        .expect("moto data JSON");
     data["ses"]["RawMessage"]
         .as_array()
         .into_iter()
@@ -123,7 +123,7 @@ async fn wait_for(c: &Client, a: &Address, event_type: &str, n: usize) -> Vec<Va
 }
 
 async fn put_inbound(ses_id: &str, raw: Vec<u8>) {
-    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let sdk = agentaddress_aws::sdk_config().await;
     let s3 = aws_sdk_s3::Client::from_conf(
         aws_sdk_s3::config::Builder::from(&sdk)
             .force_path_style(true)

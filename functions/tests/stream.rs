@@ -16,21 +16,16 @@ use serde_json::{json, Value};
 
 #[tokio::test]
 async fn the_events_function_answers_the_stream_501_not_supported() {
-    let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("configuration: {e}"));
-    let store = SqliteStore::open_in_memory().unwrap_or_else(|e| panic!("store: {e}"));
+    let service = ServiceConfig::from_env().expect("configuration");
+    let store = SqliteStore::open_in_memory().expect("store");
     let state = agentaddress_functions::http_state(Arc::new(store), &service);
     assert!(state.streams.is_none(), "the functions serve no streams");
     let router =
         agentaddress_api::router_of(&[&groups::EVENTS, &groups::SERVICE], state, None, &[]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
-        .unwrap_or_else(|e| panic!("bind: {e}"));
-    let base = format!(
-        "http://{}",
-        listener
-            .local_addr()
-            .unwrap_or_else(|e| panic!("local address: {e}"))
-    );
+        .expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("local address"));
     tokio::spawn(async move { axum::serve(listener, router).await });
 
     let http = reqwest::Client::new();
@@ -40,10 +35,7 @@ async fn the_events_function_answers_the_stream_501_not_supported() {
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
-        let r = req
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET stream: {e}"));
+        let r = req.send().await.expect("GET stream");
         assert_eq!(r.status().as_u16(), 501, "token {token:?}");
         assert_eq!(
             r.headers()
@@ -51,7 +43,7 @@ async fn the_events_function_answers_the_stream_501_not_supported() {
                 .and_then(|v| v.to_str().ok()),
             Some("application/json; charset=utf-8")
         );
-        let body: Value = r.json().await.unwrap_or_else(|e| panic!("JSON: {e}"));
+        let body: Value = r.json().await.expect("JSON");
         assert_eq!(body["error"]["code"], json!("not_supported"), "{body}");
         assert!(body["error"]["message"]
             .as_str()
@@ -62,17 +54,17 @@ async fn the_events_function_answers_the_stream_501_not_supported() {
         .get(format!("{base}/api/v1/addresses/addr_x/events"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("GET events: {e}"));
+        .expect("GET events");
     assert_eq!(r.status().as_u16(), 401);
     // The discovery document (the `service` function's) does not list the stream.
     let w: Value = http
         .get(format!("{base}/.well-known/agentaddress.json"))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("GET well-known: {e}"))
+        .expect("GET well-known")
         .json()
         .await
-        .unwrap_or_else(|e| panic!("JSON: {e}"));
+        .expect("JSON");
     let features = w["features"].as_array().cloned().unwrap_or_default();
     assert!(features.contains(&json!("long_polling")), "{w}");
     assert!(!features.contains(&json!("event_stream")), "{w}");

@@ -117,8 +117,13 @@ fn template_routes_and_binaries_match_the_code() {
     sqs_consumers.sort();
     assert_eq!(
         sqs_consumers,
-        vec!["email".to_owned(), "purge".to_owned(), "send".to_owned()],
-        "the queue consumers: the email queue's, the purge queue's and the send queue's"
+        vec![
+            "email".to_owned(),
+            "purge".to_owned(),
+            "send".to_owned(),
+            "wake".to_owned()
+        ],
+        "the queue consumers: the email, purge, send and wake queues'"
     );
     assert_eq!(deployed, binaries, "every binary of the crate is deployed");
 }
@@ -229,7 +234,7 @@ fn every_function_and_dead_letter_queue_has_an_alarm() {
         })
         .map(|(name, _)| s(name))
         .collect();
-    assert_eq!(queues.len(), 3, "{queues:?}");
+    assert_eq!(queues.len(), 4, "{queues:?}");
     for queue in &queues {
         assert!(
             alarms.iter().any(

@@ -310,10 +310,7 @@ fn aws_error(status: StatusCode, kind: &'static str, message: &str) -> Response 
 
 /// An event with the `requestContext` AWS fills for every route.
 fn event(
-    gw: &Gateway,
-    ctx: &Ctx,
-    route_key: &str,
-    event_type: &str,
+    gw: &Gateway, ctx: &Ctx, route_key: &str, event_type: &str,
 ) -> ApiGatewayWebsocketProxyRequest {
     let now = Utc::now();
     let request_id = random_id();
@@ -420,9 +417,7 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 /// `GET /{stage}`: `$connect`, then the handshake.
 async fn upgrade(
-    State(gw): State<Gw>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    mut req: Request,
+    State(gw): State<Gw>, ConnectInfo(peer): ConnectInfo<SocketAddr>, mut req: Request,
 ) -> Response {
     let h = req.headers();
     let is_upgrade = header_str(h, "upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
@@ -569,11 +564,7 @@ enum End {
 /// Serves one accepted connection; returns the close code and reason for `$disconnect`.
 /// `conn` is already registered; `rx` receives what is posted to it.
 async fn run(
-    gw: &Gw,
-    ctx: &Arc<Ctx>,
-    mut ws: Ws,
-    conn: &Conn,
-    mut rx: mpsc::UnboundedReceiver<Out>,
+    gw: &Gw, ctx: &Arc<Ctx>, mut ws: Ws, conn: &Conn, mut rx: mpsc::UnboundedReceiver<Out>,
 ) -> (u16, String) {
     let tx = conn.tx.clone();
     tracing::info!(connection = %ctx.id, "connected");
@@ -707,9 +698,7 @@ async fn send_fragmented(ws: &mut Ws, message: Message) -> Result<(), tungstenit
 
 /// Routes one connection's messages in order: a mock route, or `$default`.
 async fn route_messages(
-    gw: Gw,
-    ctx: Arc<Ctx>,
-    mut work: mpsc::UnboundedReceiver<String>,
+    gw: Gw, ctx: Arc<Ctx>, mut work: mpsc::UnboundedReceiver<String>,
     tx: mpsc::UnboundedSender<Out>,
 ) {
     while let Some(text) = work.recv().await {

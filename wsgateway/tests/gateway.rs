@@ -579,7 +579,7 @@ fn sdk_client(addr: SocketAddr) -> aws_sdk_apigatewaymanagement::Client {
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
         .endpoint_url(format!("http://{addr}/local"))
-        .http_client(agentaddress_dynamodb::sdk_http_client())
+        .http_client(agentaddress_aws::sdk_http_client())
         .build();
     aws_sdk_apigatewaymanagement::Client::from_conf(config)
 }

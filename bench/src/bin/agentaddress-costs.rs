@@ -8,15 +8,16 @@
 //! `scripts/costs` does all of that. Prints a Markdown table.
 #![forbid(unsafe_code)]
 
+use agentaddress_core::store::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::{self as api, ApiConfig, AppState, PollChecks};
+use agentaddress_aws::AwsConfig;
+use agentaddress_aws::{CapacityUsage, DynamoStore, MessageBucket};
 use agentaddress_core::store::StoreResult;
-use agentaddress_dynamodb::AwsConfig;
-use agentaddress_dynamodb::{CapacityUsage, DynamoStore, MessageBucket};
 use axum::body::Body;
 use axum::http::Request;
 use axum::Router;
@@ -53,11 +54,7 @@ struct Bench {
 }
 
 async fn call(
-    app: &Router,
-    method: &str,
-    uri: &str,
-    token: Option<&str>,
-    body: Option<Value>,
+    app: &Router, method: &str, uri: &str, token: Option<&str>, body: Option<Value>,
 ) -> (u16, Value) {
     let mut req = Request::builder()
         .method(method)
@@ -93,11 +90,7 @@ async fn call(
 
 impl Bench {
     async fn call(
-        &self,
-        method: &str,
-        uri: &str,
-        token: Option<&str>,
-        body: Option<Value>,
+        &self, method: &str, uri: &str, token: Option<&str>, body: Option<Value>,
     ) -> (u16, Value) {
         call(&self.app, method, uri, token, body).await
     }
@@ -172,11 +165,7 @@ impl MessageBucket for CountingBucket {
         self.inner.delete_prefix(prefix, budget).await
     }
     async fn download_url(
-        &self,
-        key: &str,
-        content_type: &str,
-        disposition: &str,
-        ttl: std::time::Duration,
+        &self, key: &str, content_type: &str, disposition: &str, ttl: std::time::Duration,
     ) -> StoreResult<String> {
         // Signed locally: no request to S3 (the client's GET is S3's, counted by nobody here).
         self.inner
@@ -218,11 +207,7 @@ fn ses_message(ses_id: &str, to: &str, attachment_bytes: usize) -> Vec<u8> {
 /// What receiving an email costs on AWS (the `email` function: read SES's object, deliver,
 /// remove the object), and what reading it back costs (the `email-api` function).
 async fn email_costs(
-    b: &Bench,
-    bucket: &CountingBucket,
-    service: &ServiceConfig,
-    token: &str,
-    created: &Value,
+    b: &Bench, bucket: &CountingBucket, service: &ServiceConfig, token: &str, created: &Value,
 ) {
     let config = ApiConfig::from(service);
     let to = created["address"]["email"]
@@ -261,7 +246,7 @@ async fn email_costs(
             .measure(|| async {
                 // What the `email` function does for one notification.
                 let raw = bucket
-                    .get(&key, agentaddress_dynamodb::MAX_OBJECT_BYTES)
+                    .get(&key, agentaddress_aws::MAX_OBJECT_BYTES)
                     .await
                     .unwrap_or_else(|e| panic!("get: {e}"))
                     .unwrap_or_else(|| panic!("{key} is missing"));
@@ -356,7 +341,7 @@ async fn main() {
     } = Args::parse();
     let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
-    let sdk = agentaddress_dynamodb::sdk_config().await;
+    let sdk = agentaddress_aws::sdk_config().await;
     let bucket = Arc::new(CountingBucket::new(
         aws.email_bucket_with(&sdk).unwrap_or_else(|| {
             panic!("AGENTADDRESS_EMAIL_BUCKET is not set (scripts/costs creates a bucket)")
@@ -499,6 +484,7 @@ async fn main() {
     email_costs(&b, &bucket, &service, &token, &created).await;
     outbound_costs(&b.store, &service).await;
     socket_costs(&b.store, &service).await;
+    wake_costs(&b.store, &service).await;
 
     // Delivery delay of the query loop, for events that arrive (a) during the first 2 s of a
     // poll, as in a conversation in progress where the agent polls again right after each
@@ -549,12 +535,10 @@ async fn main() {
 struct CountingPoster(AtomicU64);
 
 #[async_trait::async_trait]
-impl agentaddress_dynamodb::ConnectionPoster for CountingPoster {
+impl agentaddress_aws::ConnectionPoster for CountingPoster {
     async fn post(
-        &self,
-        _connection_id: &str,
-        _frame: &[u8],
-    ) -> Result<(), agentaddress_dynamodb::PostError> {
+        &self, _connection_id: &str, _frame: &[u8],
+    ) -> Result<(), agentaddress_aws::PostError> {
         self.0.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -565,7 +549,7 @@ impl agentaddress_dynamodb::ConnectionPoster for CountingPoster {
 /// subscribed socket.
 async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
     use agentaddress_core::domain::{Clock, SystemClock};
-    use agentaddress_core::store::Store;
+
     let poster = Arc::new(CountingPoster::default());
     let store = store.clone().with_sockets(poster.clone());
     let mut config = ApiConfig::from(service);
@@ -616,7 +600,7 @@ async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
                 .subscribe_socket(id, connection, until, now)
                 .await
                 .unwrap_or_else(|e| panic!("subscribe: {e}"));
-            assert_eq!(done, agentaddress_dynamodb::Subscribed::Yes);
+            assert_eq!(done, agentaddress_aws::Subscribed::Yes);
             store
                 .watch_expiry(id, record.expires_at, until, now)
                 .await
@@ -677,8 +661,7 @@ impl agentaddress_core::relay::Relay for CountingRelay {
         "counting"
     }
     async fn send(
-        &self,
-        mail: &agentaddress_core::relay::Mail,
+        &self, mail: &agentaddress_core::relay::Mail,
     ) -> Result<(), agentaddress_core::relay::RelayError> {
         self.sent
             .lock()
@@ -845,7 +828,6 @@ async fn outbound_costs(store: &DynamoStore, service: &ServiceConfig) {
     );
     // The send's id: the local part of its Message-ID (docs/API.md §16).
     let send_id = {
-        use agentaddress_core::store::Store;
         let event_id = event["event"]["id"].as_str().unwrap_or("");
         let e = store
             .get_event(
@@ -885,6 +867,173 @@ async fn outbound_costs(store: &DynamoStore, service: &ServiceConfig) {
         d,
         sent() - before_ses,
         queued() - before_sqs,
+    );
+}
+
+/// The wake queue of the wake rows: counts `SendMessage`s.
+#[derive(Debug, Default)]
+struct CountingWakeQueue(AtomicU64);
+
+#[async_trait::async_trait]
+impl agentaddress_aws::WakeQueue for CountingWakeQueue {
+    async fn send(&self, _message: &agentaddress_aws::WakeMessage) -> StoreResult<()> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The receiver of the wake rows: answers 204 at once, counting the wakes it was sent.
+#[derive(Debug, Default)]
+struct CountingReceiver(AtomicU64);
+
+#[async_trait::async_trait]
+impl agentaddress_core::relay::HookCaller for CountingReceiver {
+    fn allows_private(&self) -> bool {
+        false
+    }
+    async fn check(
+        &self, _url: &str,
+    ) -> Result<(), agentaddress_core::domain::hooks::HookUrlRefused> {
+        Ok(())
+    }
+    async fn call(
+        &self, _url: &str, _headers: &[(String, String)], _body: Vec<u8>,
+    ) -> Result<agentaddress_core::relay::Answered, agentaddress_core::relay::NotSent> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(agentaddress_core::relay::Answered {
+            status: 204,
+            retry_after: None,
+            elapsed: Duration::ZERO,
+        })
+    }
+}
+
+/// What wake hooks cost (docs/API.md §19): making a hook, a delivery that wakes it (its
+/// `SendMessage` to the wake queue), one that does not, and the `wake` function's handling of
+/// the message (`consume_address`: the hooks read, the claim, the receiver's call, the record).
+async fn wake_costs(store: &DynamoStore, service: &ServiceConfig) {
+    use agentaddress_api::wake_delivery::{consume_address, Waking};
+    let queue = Arc::new(CountingWakeQueue::default());
+    let store = store.clone().with_wake_queue(queue.clone());
+    let receiver = Arc::new(CountingReceiver::default());
+    let mut config = ApiConfig::from(service);
+    config.limits.creations_per_minute = 10_000;
+    let limits = config.limits.clone();
+    let app = api::router(
+        AppState::new(Arc::new(store.clone()), config).with_hook_caller(Some(receiver.clone())),
+    );
+    let b = Bench {
+        app,
+        store: store.clone(),
+    };
+    let waking = Waking {
+        caller: receiver.clone(),
+        base_url: "https://agentaddress.example".into(),
+    };
+    let (s, created) = b
+        .call("POST", "/api/v1/addresses", None, Some(json!({})))
+        .await;
+    assert_eq!(s, 201, "{created}");
+    let token = read_token(&created);
+    let id = created["address"]["id"].as_str().unwrap_or("").to_owned();
+    let inbox = path(&created["endpoints"]["inbox_url"]);
+    let root = format!("/api/v1/addresses/{id}");
+    let queued = || queue.0.load(Ordering::Relaxed);
+    let woken = || receiver.0.load(Ordering::Relaxed);
+    let kb = "x".repeat(1000);
+
+    println!();
+    println!(
+        "| wake operation | DynamoDB requests | read units | write units | SQS messages | receiver requests | ms (local) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let wrow = |what: &str, u: CapacityUsage, d: Duration, sqs: u64, calls: u64| {
+        println!(
+            "| {what} | {} | {:.1} | {:.1} | {sqs} | {calls} | {:.1} |",
+            u.requests,
+            u.read_units,
+            u.write_units,
+            d.as_secs_f64() * 1000.0
+        );
+    };
+    let (q, w) = (queued(), woken());
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &format!("{root}/hooks"),
+                    Some(&token),
+                    Some(json!({"url": "https://receiver.example/wake", "types": ["order.*"]})),
+                )
+                .await;
+            assert_eq!(s, 201, "{v}");
+        })
+        .await;
+    wrow("add a hook", u, d, queued() - q, woken() - w);
+    let (q, w) = (queued(), woken());
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &inbox,
+                    None,
+                    Some(json!({"type": "other.thing", "data": {"pad": kb}})),
+                )
+                .await;
+            assert_eq!(s, 202, "{v}");
+        })
+        .await;
+    wrow(
+        "inbox delivery, 1 KB, of a type no hook names",
+        u,
+        d,
+        queued() - q,
+        woken() - w,
+    );
+    let (q, w) = (queued(), woken());
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "POST",
+                    &inbox,
+                    None,
+                    Some(json!({"type": "order.paid", "data": {"pad": kb}})),
+                )
+                .await;
+            assert_eq!(s, 202, "{v}");
+        })
+        .await;
+    wrow(
+        "inbox delivery, 1 KB, that wakes a hook",
+        u,
+        d,
+        queued() - q,
+        woken() - w,
+    );
+    let (q, w) = (queued(), woken());
+    let (u, d) = b
+        .measure(|| async {
+            let later = consume_address(
+                &store,
+                &waking,
+                &limits,
+                &agentaddress_core::domain::SystemClock,
+                &id,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("wake: {e}"));
+            assert_eq!(later, None, "delivered");
+        })
+        .await;
+    wrow(
+        "the wake (the wake function, one hook)",
+        u,
+        d,
+        queued() - q,
+        woken() - w,
     );
 }
 

@@ -67,12 +67,8 @@ async fn create(http: &reqwest::Client, url: &str, body: Value) -> Result<String
 }
 
 async fn round(
-    http: &reqwest::Client,
-    target: &Arc<Target>,
-    body: &Arc<Vec<u8>>,
-    seconds: u64,
-    concurrency: usize,
-    ids: &Arc<AtomicU64>,
+    http: &reqwest::Client, target: &Arc<Target>, body: &Arc<Vec<u8>>, seconds: u64,
+    concurrency: usize, ids: &Arc<AtomicU64>,
 ) -> Result<f64, String> {
     let done = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));

@@ -26,10 +26,7 @@ async fn start_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Serv
 
 /// Starts serve; with `smtp`, its SMTP door too, whose address is returned.
 async fn start_agentaddress_with(
-    bin: &Path,
-    cfg: &Config,
-    v: Variant,
-    smtp: bool,
+    bin: &Path, cfg: &Config, v: Variant, smtp: bool,
 ) -> Result<(Server, Option<String>), String> {
     let dir = cfg.work_dir.join(format!(
         "agentaddress-{}{}",
@@ -319,10 +316,7 @@ pub async fn run_agentaddress(bin: &Path, cfg: &Config, v: Variant) -> Result<Fi
 }
 
 async fn aa_delay(
-    http: &Http,
-    base: &str,
-    cfg: &Config,
-    errors: &mut Vec<String>,
+    http: &Http, base: &str, cfg: &Config, errors: &mut Vec<String>,
 ) -> Result<Delay, String> {
     let addrs = create_addresses(http, base, DELAY_FEEDS).await?;
     let consumers: Vec<_> = addrs

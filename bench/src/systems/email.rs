@@ -70,12 +70,7 @@ fn message(to: &str, subject: &str, attachment: &[u8]) -> Result<Message, String
 }
 
 pub(super) async fn email_phase(
-    cfg: &Config,
-    pid: u32,
-    smtp: &str,
-    http: &Http,
-    boxes: &[MailTarget],
-    errors: &mut Vec<String>,
+    cfg: &Config, pid: u32, smtp: &str, http: &Http, boxes: &[MailTarget], errors: &mut Vec<String>,
 ) -> Result<EmailFigures, String> {
     let attachment: Vec<u8> = (0..50_000u32).map(|n| (n % 251) as u8).collect();
     let c = cfg.clients;

@@ -157,10 +157,7 @@ fn ranged(b: &Value) -> (u64, String) {
 /// Appends `payload` to the feed at `prefix`: the counter key and the event key in one txn
 /// guarded by the counter's `mod_revision`. Returns the event key.
 async fn etcd_append(
-    e: &Etcd,
-    prefix: &str,
-    counter: &mut (u64, u64),
-    payload: &str,
+    e: &Etcd, prefix: &str, counter: &mut (u64, u64), payload: &str,
 ) -> Result<(String, u32), String> {
     let mut conflicts = 0;
     loop {
@@ -323,10 +320,7 @@ pub async fn run_etcd(bin: &Path, cfg: &Config) -> Result<Figures, String> {
 /// Reads newline-separated JSON messages from a watch stream; calls `on` with each and the
 /// moment it arrived until `on` returns false or the stream ends.
 async fn watch(
-    http: &Http,
-    base: &str,
-    create: Value,
-    mut on: impl FnMut(&Value, Instant) -> bool,
+    http: &Http, base: &str, create: Value, mut on: impl FnMut(&Value, Instant) -> bool,
 ) -> Result<(), String> {
     let mut resp = http
         .c
@@ -353,9 +347,7 @@ async fn watch(
 }
 
 async fn etcd_delay(
-    etcd: &Arc<Etcd>,
-    cfg: &Config,
-    errors: &mut Vec<String>,
+    etcd: &Arc<Etcd>, cfg: &Config, errors: &mut Vec<String>,
 ) -> Result<Delay, String> {
     let watching = Arc::new(AtomicUsize::new(0));
     let streams = Http::new(None);

@@ -50,10 +50,7 @@ impl Http {
     }
 
     pub(super) async fn post(
-        &self,
-        url: &str,
-        token: Option<&str>,
-        body: &Value,
+        &self, url: &str, token: Option<&str>, body: &Value,
     ) -> Result<(u16, Value), String> {
         let mut req = self.c.post(url).json(body);
         if let Some(t) = token {
@@ -63,10 +60,7 @@ impl Http {
     }
 
     pub(super) async fn put(
-        &self,
-        url: &str,
-        token: &str,
-        body: &Value,
+        &self, url: &str, token: &str, body: &Value,
     ) -> Result<(u16, Value), String> {
         self.send(self.c.put(url).bearer_auth(token).json(body))
             .await

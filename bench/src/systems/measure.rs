@@ -93,11 +93,7 @@ fn throughput(t: &Tally, wall: Duration, cpu: &CpuMeter) -> Throughput {
 /// phase's deadline. Returns the phase's throughput, with the server's CPU over the phase, and
 /// its CAS conflicts per second; the agents' first errors go to `errors`.
 pub(super) async fn phase<F, Fut>(
-    cfg: &Config,
-    pid: u32,
-    agents: usize,
-    errors: &mut Vec<String>,
-    agent: F,
+    cfg: &Config, pid: u32, agents: usize, errors: &mut Vec<String>, agent: F,
 ) -> (Throughput, f64)
 where
     F: Fn(usize, Instant) -> Fut,
@@ -124,9 +120,7 @@ type Seen = HashMap<String, Instant>;
 /// Waits for the delay phase's consumers (`who`: each stops at the stop event) and measures
 /// the delay of every event in `sent` from what they saw; problems go to `errors`.
 pub(super) async fn delay_result(
-    consumers: Vec<tokio::task::JoinHandle<Result<Seen, String>>>,
-    sent: &Seen,
-    who: &str,
+    consumers: Vec<tokio::task::JoinHandle<Result<Seen, String>>>, sent: &Seen, who: &str,
     errors: &mut Vec<String>,
 ) -> Delay {
     let mut seen = HashMap::new();
@@ -190,8 +184,7 @@ pub(super) const DELAY_GAP: Duration = Duration::from_millis(4);
 
 /// Starts `f` for every item, 500 at a time, so the listen backlog never overflows.
 pub(super) async fn start_in_batches<T, F, Fut>(
-    items: Vec<T>,
-    f: F,
+    items: Vec<T>, f: F,
 ) -> Vec<tokio::task::JoinHandle<()>>
 where
     F: Fn(T) -> Fut,
@@ -212,9 +205,7 @@ where
 
 /// Waits for the held requests to settle, then samples the server's RSS and its CPU over 5 s.
 pub(super) async fn measure_idle(
-    pid: u32,
-    held: &[tokio::task::JoinHandle<()>],
-    established: Option<&AtomicUsize>,
+    pid: u32, held: &[tokio::task::JoinHandle<()>], established: Option<&AtomicUsize>,
 ) -> Idle {
     let settle = Instant::now() + Duration::from_secs(20);
     // etcd: until every watch has been created; agentaddress: a fixed 3 s.

@@ -39,6 +39,11 @@ struct Args {
         hide_env_values = true
     )]
     email_ingest_secret: Option<String>,
+    /// Check wake hooks (docs/API.md §19): every address gets a hook for the deliveries to a
+    /// receiver on 127.0.0.1 (so the deployment must run on this machine and allow private
+    /// receivers), and every delivery must be covered by a signed wake.
+    #[arg(long)]
+    wakes: bool,
 }
 
 #[tokio::main]
@@ -64,6 +69,7 @@ async fn main() -> ExitCode {
     config.poll_wait_seconds = args.poll_wait.max(0.0);
     config.verbose = !args.quiet;
     config.email_ingest_secret = args.email_ingest_secret;
+    config.wakes = args.wakes;
     match check::run(config).await {
         Ok(report) => {
             print!("{}", report.summary());

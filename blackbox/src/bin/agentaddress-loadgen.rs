@@ -39,9 +39,8 @@ struct Args {
 /// 1 µs .. 120 s at 3 significant digits (longer values are clamped to 120 s).
 fn histogram() -> Histogram<u64> {
     // `new_with_bounds` only fails on bad bounds, and these are good.
-    Histogram::new_with_bounds(1, 120_000_000, 3).unwrap_or_else(|_| {
-        Histogram::new(3).unwrap_or_else(|e| panic!("hdrhistogram refused 3 digits: {e}"))
-    })
+    Histogram::new_with_bounds(1, 120_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).expect("hdrhistogram refused 3 digits"))
 }
 
 fn record(h: &mut Histogram<u64>, d: Duration) {
@@ -128,7 +127,7 @@ async fn main() {
         let r = c.deliver(&a, &json!({"type": "wake"}), None).await;
         let acked = Instant::now();
         assert_eq!(r.status, 202, "{}", r.text);
-        let (p, returned) = poller.await.unwrap_or_else(|e| panic!("poller: {e}"));
+        let (p, returned) = poller.await.expect("poller");
         assert_eq!(p.status, 200, "{}", p.text);
         after = p.json["next_cursor"].as_u64().unwrap_or(after);
         record(&mut delays, returned.saturating_duration_since(acked));

@@ -281,6 +281,21 @@ pub struct History {
     /// The address ids the checker created and uses, by index.
     pub addresses: Vec<String>,
     pub ops: Vec<Op>,
+    /// The wakes the checker's receiver answered (docs/API.md §19), when the run checked them
+    /// (`Config::wakes`): every address had a hook for [`DELIVERY_TYPE`] pointing at it.
+    pub wakes: Option<Vec<WakeSeen>>,
+}
+
+/// A wake the checker's receiver was sent and answered 204.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeSeen {
+    pub address_id: String,
+    pub webhook_id: String,
+    /// Its range of the feed, `from_sequence..=to_sequence`.
+    pub from: u64,
+    pub to: u64,
+    /// Whether its Standard Webhooks signature verified with the hook's secret.
+    pub signed: bool,
 }
 
 /// A contradiction found by [`super::verify`].

@@ -109,12 +109,7 @@ impl Recorder {
 
     /// Sends `req`, records it as `kind` by `client` in `phase`, and returns the outcome.
     pub async fn send(
-        &self,
-        client: &str,
-        phase: Phase,
-        address: Option<usize>,
-        kind: OpKind,
-        req: Req,
+        &self, client: &str, phase: Phase, address: Option<usize>, kind: OpKind, req: Req,
     ) -> Outcome {
         self.progress.issued.fetch_add(1, Ordering::Relaxed);
         let start_us = self.now_us();
@@ -178,6 +173,11 @@ impl Recorder {
             content_type,
             retry_after,
         }
+    }
+
+    /// `f` of the ops recorded so far.
+    pub fn with_ops<R>(&self, f: impl FnOnce(&[Op]) -> R) -> R {
+        f(&self.ops.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The recorded ops, taken out (at the end of the run).

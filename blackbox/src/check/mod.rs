@@ -16,6 +16,7 @@
 mod history;
 mod http;
 mod verify;
+mod wakes;
 mod workload;
 
 use std::collections::BTreeMap;
@@ -23,7 +24,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use history::{Anomaly, History, Op, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE};
+pub use history::{
+    Anomaly, History, Op, OpKind, Outcome, Phase, WakeSeen, COUNTER_PREFIX, DELIVERY_TYPE,
+};
 pub use http::Progress;
 pub use verify::verify;
 
@@ -49,6 +52,10 @@ pub struct Config {
     /// The server's email ingest secret: with it, the mix also sends email through the
     /// raw-MIME webhook door (docs/API.md §10), and each must land once in its feed.
     pub email_ingest_secret: Option<String>,
+    /// Wake hooks (docs/API.md §19): every address is made with a hook for the workload's
+    /// deliveries, pointing at a receiver the checker runs on 127.0.0.1 (the server must allow
+    /// private receivers), and every delivery in a feed must be covered by a signed wake.
+    pub wakes: bool,
 }
 
 impl Config {
@@ -63,6 +70,7 @@ impl Config {
             verbose: false,
             progress: Arc::new(Progress::default()),
             email_ingest_secret: None,
+            wakes: false,
         }
     }
 }
@@ -181,13 +189,18 @@ impl Report {
 /// could not even start (no address could be created).
 pub async fn run(config: Config) -> Result<Report, String> {
     let rec = http::Recorder::new(Arc::clone(&config.progress), config.request_timeout)?;
-    let ctx = Arc::new(workload::Ctx::new(&config, rec));
+    let receiver = match config.wakes {
+        true => Some(wakes::Receiver::start().await?),
+        false => None,
+    };
+    let ctx = Arc::new(workload::Ctx::new(&config, rec, receiver));
     ctx.run().await?;
     let duration = ctx.rec.elapsed();
     let history = History {
         limits: ctx.limits(),
         addresses: ctx.address_ids(),
         ops: ctx.rec.take(),
+        wakes: ctx.wakes_seen(),
     };
     let anomalies = verify(&history);
     Ok(report(config.seed, history, anomalies, duration))

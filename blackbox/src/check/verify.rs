@@ -229,9 +229,56 @@ impl Verifier<'_> {
 
         self.counters(a, &ops, &replay.counter_last);
         self.deliveries(a, &ops, &feed);
+        self.wakes(a, &feed, last);
         self.acks(a, &ops, &ids);
         self.reads(a, &ops, &feed, &ids, &replay, &answered, last);
         self.final_state(a, &ops, &replay, final_usage.as_ref(), last);
+    }
+}
+
+impl Verifier<'_> {
+    /// With wakes checked (docs/API.md §19): every wake for the address verified with its
+    /// hook's secret and lies within the feed, and every delivery of [`DELIVERY_TYPE`] in the
+    /// feed lies in the range of a wake the receiver answered.
+    fn wakes(&mut self, a: usize, feed: &BTreeMap<u64, (usize, &Value)>, last: u64) {
+        let Some(wakes) = &self.h.wakes else { return };
+        let Some(id) = self.h.addresses.get(a) else {
+            return;
+        };
+        let mine: Vec<&super::history::WakeSeen> =
+            wakes.iter().filter(|w| &w.address_id == id).collect();
+        let addr = Some(a);
+        for w in &mine {
+            if !w.signed {
+                let d = format!(
+                    "wake {} does not verify with its hook's secret",
+                    w.webhook_id
+                );
+                self.push("unsigned_wake", addr, None, d);
+            }
+            if w.from == 0 || w.from > w.to || w.to > last {
+                let d = format!(
+                    "wake {} covers {}..={}, the feed ends at {last}",
+                    w.webhook_id, w.from, w.to
+                );
+                self.push("wake_beyond_feed", addr, None, d);
+            }
+        }
+        let unwoken: Vec<u64> = feed
+            .iter()
+            .filter(|(_, (_, e))| e["type"] == super::history::DELIVERY_TYPE)
+            .map(|(s, _)| *s)
+            .filter(|s| !mine.iter().any(|w| w.from <= *s && *s <= w.to))
+            .collect();
+        if !unwoken.is_empty() {
+            let d = format!(
+                "{} deliveries no answered wake covered, e.g. sequences {:?} ({} wakes seen)",
+                unwoken.len(),
+                &unwoken[..unwoken.len().min(10)],
+                mine.len()
+            );
+            self.push("unwoken_event", addr, None, d);
+        }
     }
 }
 

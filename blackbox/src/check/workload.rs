@@ -23,10 +23,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::history::WakeSeen;
 use super::history::{
     email_message, lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, LOSSY_BODIES,
 };
 use super::http::{Recorder, Req};
+use super::wakes::Receiver;
 use super::Config;
 
 /// CAS counters per address (`counter-0` …).
@@ -37,6 +39,8 @@ const REGISTERS: usize = 4;
 const EVENTS_PER_REQUEST: f64 = 0.45;
 /// How long consumers may take to read the rest of a sealed address.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(240);
+/// How long the last deliveries may take to be woken for once the workload ended.
+const WAKE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Every address of the run verifies Standard Webhooks signatures with this secret
 /// (docs/API.md §15); the signed deliveries sign with it, the others send no signature.
@@ -146,10 +150,12 @@ pub(crate) struct Ctx {
     poll_interval: Mutex<Duration>,
     next_consumer: AtomicUsize,
     consumers: Mutex<Vec<JoinHandle<()>>>,
+    /// The wake receiver, when wakes are checked (`Config::wakes`).
+    wakes: Option<Arc<Receiver>>,
 }
 
 impl Ctx {
-    pub fn new(cfg: &Config, rec: Recorder) -> Self {
+    pub fn new(cfg: &Config, rec: Recorder, wakes: Option<Arc<Receiver>>) -> Self {
         Self {
             rec,
             base: cfg.url.trim_end_matches('/').to_owned(),
@@ -167,6 +173,7 @@ impl Ctx {
             poll_interval: Mutex::new(Duration::from_secs(3)),
             next_consumer: AtomicUsize::new(0),
             consumers: Mutex::new(Vec::new()),
+            wakes,
         }
     }
 
@@ -176,6 +183,11 @@ impl Ctx {
 
     pub fn limits(&self) -> Value {
         Self::lock(&self.limits).clone()
+    }
+
+    /// The wakes received, when they are checked.
+    pub fn wakes_seen(&self) -> Option<Vec<WakeSeen>> {
+        self.wakes.as_ref().map(|r| r.seen())
     }
 
     pub fn address_ids(&self) -> Vec<String> {
@@ -214,11 +226,14 @@ impl Ctx {
     /// server gives no answer (or only 503s) for `unreachable` in a row.
     async fn create(&self, who: &str, phase: Phase, unreachable: Duration) -> Result<Addr, String> {
         let url = format!("{}/api/v1/addresses", self.base);
-        let body = json!({
+        let mut body = json!({
             "name": "agentaddress-check",
             "task_id": format!("seed-{}", self.seed),
             "verification": {"scheme": "standard-webhooks", "secret": SIGNING_SECRET},
         });
+        if let Some(r) = &self.wakes {
+            body["hooks"] = super::wakes::hook(&r.url);
+        }
         let deadline = Instant::now() + Duration::from_secs(900);
         let mut last = String::new();
         let mut answered = Instant::now();
@@ -243,6 +258,9 @@ impl Ctx {
                             .ok_or_else(|| format!("the create answer lacks {p}: {b}"))
                     };
                     let events = s("/endpoints/events_url")?;
+                    if let Some(r) = &self.wakes {
+                        r.expect(&s("/address/id")?, &s("/hooks/0/signing_secret")?);
+                    }
                     return Ok(Addr {
                         id: s("/address/id")?,
                         email: s("/address/email")?,
@@ -325,12 +343,7 @@ impl Ctx {
     }
 
     async fn put(
-        &self,
-        who: &str,
-        a: usize,
-        key: &str,
-        value: Value,
-        if_revision: Option<u64>,
+        &self, who: &str, a: usize, key: &str, value: Value, if_revision: Option<u64>,
         if_match: bool,
     ) -> Outcome {
         let ad = self.addr(a);
@@ -354,12 +367,7 @@ impl Ctx {
     }
 
     async fn delete(
-        &self,
-        who: &str,
-        a: usize,
-        key: &str,
-        if_revision: u64,
-        if_match: bool,
+        &self, who: &str, a: usize, key: &str, if_revision: u64, if_match: bool,
     ) -> Outcome {
         let ad = self.addr(a);
         let req = if if_match {
@@ -381,12 +389,7 @@ impl Ctx {
     }
 
     async fn deliver(
-        &self,
-        who: &str,
-        a: usize,
-        idempotency_key: Option<&str>,
-        data: &Value,
-        other_body: bool,
+        &self, who: &str, a: usize, idempotency_key: Option<&str>, data: &Value, other_body: bool,
     ) -> Outcome {
         let ad = self.addr(a);
         let mut req = Req::new(Method::POST, ad.inbox.clone());
@@ -476,11 +479,7 @@ impl Ctx {
 
     /// A signed delivery, redelivered while its outcome is unknown.
     async fn deliver_signed_resolved(
-        &self,
-        who: &str,
-        a: usize,
-        id: &str,
-        data: &Value,
+        &self, who: &str, a: usize, id: &str, data: &Value,
     ) -> Outcome {
         let mut o = self.deliver_signed(who, a, id, data).await;
         for _ in 0..80 {
@@ -782,7 +781,59 @@ impl Ctx {
             r.await
                 .map_err(|e| format!("a read-back task failed: {e}"))?;
         }
+        self.wait_for_wakes().await;
         Ok(())
+    }
+
+    /// With wakes checked: waits (up to [`WAKE_TIMEOUT`]) until every address's wakes cover
+    /// the last delivery its feed was read to hold; what is still uncovered then is the
+    /// verifier's to report.
+    async fn wait_for_wakes(&self) {
+        let Some(r) = &self.wakes else { return };
+        let ids = self.address_ids();
+        let mut due: Vec<(String, u64)> = self.rec.with_ops(|ops| {
+            let mut last = vec![0u64; ids.len()];
+            for op in ops {
+                let (Some(a), OpKind::Poll { .. }, true) =
+                    (op.address, &op.kind, op.outcome.is(200))
+                else {
+                    continue;
+                };
+                for e in op.outcome.body()["events"]
+                    .as_array()
+                    .map_or(&[][..], |v| v)
+                {
+                    if let (Some(s), true) = (e["sequence"].as_u64(), e["type"] == DELIVERY_TYPE) {
+                        if let Some(l) = last.get_mut(a) {
+                            *l = (*l).max(s);
+                        }
+                    }
+                }
+            }
+            ids.iter()
+                .cloned()
+                .zip(last)
+                .filter(|(_, s)| *s > 0)
+                .collect()
+        });
+        self.say(&format!("waiting for the wakes of {} addresses", due.len()));
+        let deadline = Instant::now() + WAKE_TIMEOUT;
+        loop {
+            due.retain(|(id, s)| r.covered(id) < *s);
+            if due.is_empty() {
+                self.say("every delivery was woken for");
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.say(&format!(
+                    "{} addresses' last deliveries not woken for after {} s",
+                    due.len(),
+                    WAKE_TIMEOUT.as_secs()
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     async fn read_back(&self, a: usize) {
@@ -912,12 +963,7 @@ impl Ctx {
     }
 
     async fn write(
-        &self,
-        who: &str,
-        a: usize,
-        key: &str,
-        value: Value,
-        if_revision: Option<u64>,
+        &self, who: &str, a: usize, key: &str, value: Value, if_revision: Option<u64>,
         rng: &mut StdRng,
     ) {
         if !self.reserve(a) {

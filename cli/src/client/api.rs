@@ -69,13 +69,8 @@ impl Api {
 
     /// Sends one request and returns the JSON of a 2xx answer (`null` for an empty body).
     pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        token: Option<&str>,
-        body: Option<&Value>,
-        extra_wait: Duration,
+        &self, method: Method, path: &str, query: &[(&str, String)], token: Option<&str>,
+        body: Option<&Value>, extra_wait: Duration,
     ) -> Result<Value> {
         self.send(method, path, query, token, body, extra_wait, None)
             .await
@@ -83,11 +78,7 @@ impl Api {
 
     /// [`Api::call`] with a JSON body and an optional `Idempotency-Key`.
     pub async fn call_with_key(
-        &self,
-        method: Method,
-        path: &str,
-        token: Option<&str>,
-        body: &Value,
+        &self, method: Method, path: &str, token: Option<&str>, body: &Value,
         idempotency_key: Option<&str>,
     ) -> Result<Value> {
         self.send(
@@ -104,14 +95,8 @@ impl Api {
 
     #[allow(clippy::too_many_arguments)]
     async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        token: Option<&str>,
-        body: Option<&Value>,
-        extra_wait: Duration,
-        idempotency_key: Option<&str>,
+        &self, method: Method, path: &str, query: &[(&str, String)], token: Option<&str>,
+        body: Option<&Value>, extra_wait: Duration, idempotency_key: Option<&str>,
     ) -> Result<Value> {
         let mut request = self
             .http

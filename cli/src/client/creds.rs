@@ -38,15 +38,15 @@ pub struct Credentials {
     /// Where the next `poll` starts (`after`): the highest acknowledged sequence.
     #[serde(default)]
     pub cursor: u64,
+    /// The signing secrets of the wake hooks `hook add` made (docs/API.md §19), by hook id:
+    /// a receiver needs one to verify its wakes, and the server shows it only once.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub hook_secrets: std::collections::BTreeMap<String, String>,
 }
 
 impl Credentials {
     pub fn new(
-        task: &str,
-        base_url: &str,
-        address_id: String,
-        read_token: String,
-        inbox_url: String,
+        task: &str, base_url: &str, address_id: String, read_token: String, inbox_url: String,
         email: String,
     ) -> Self {
         Self {
@@ -61,6 +61,7 @@ impl Credentials {
             created_at: None,
             expires_at: None,
             cursor: 0,
+            hook_secrets: Default::default(),
         }
     }
 }

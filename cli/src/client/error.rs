@@ -134,14 +134,15 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         ErrorCode::InvalidRequest
         | ErrorCode::InvalidCode
         | ErrorCode::CodeExpired
-        | ErrorCode::ContactNotConfirmed => exit::USAGE,
+        | ErrorCode::ContactNotConfirmed
+        | ErrorCode::InvalidHookUrl => exit::USAGE,
         ErrorCode::NotFound | ErrorCode::AttachmentUnavailable => exit::NOT_FOUND,
         ErrorCode::Unauthorized | ErrorCode::AddressGone => exit::AUTH,
         ErrorCode::RevisionConflict
         | ErrorCode::StateLimitExceeded
         | ErrorCode::QuotaExceeded
         | ErrorCode::RequestClosed => exit::CONFLICT,
-        ErrorCode::RateLimited | ErrorCode::Unavailable => exit::RETRY,
+        ErrorCode::RateLimited | ErrorCode::Unavailable | ErrorCode::HookUnreachable => exit::RETRY,
         ErrorCode::OutboundNotConfigured => exit::OTHER,
         ErrorCode::MethodNotAllowed
         | ErrorCode::RequestTimeout

@@ -1,5 +1,5 @@
 //! The command-line client, for agents that run shell commands: `create`, `import`, `handoff`,
-//! `poll`, `wait`, `ack`, `state …`, `attachment` and `inbox`. Credentials are saved per task in the credentials directory
+//! `poll`, `wait`, `ack`, `state …`, `attachment`, `inbox` and `hook …`. Credentials are saved per task in the credentials directory
 //! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
 //! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
 //!
@@ -10,6 +10,7 @@ mod api;
 mod attachment;
 mod creds;
 mod error;
+mod hook;
 mod viewer;
 mod wait;
 
@@ -82,6 +83,9 @@ pub enum ClientCommand {
     /// Client: save the credentials of an address made elsewhere (curl, MCP, another machine)
     /// as TASK, after checking its read token with the server.
     Import(viewer::ImportArgs),
+    /// Client: the wake hooks of TASK's address (`add`, `list`, `remove`, `test`): a signed
+    /// POST to a URL of yours when matching events arrive, to start the agent's next run.
+    Hook(hook::HookArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -369,6 +373,7 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         ClientCommand::Send(args) => send(args, secret).await,
         ClientCommand::Inbox(args) => viewer::inbox(args, secret).await,
         ClientCommand::Import(args) => viewer::import(args, secret).await,
+        ClientCommand::Hook(args) => hook::hook(args, secret).await,
     }
 }
 
@@ -486,9 +491,7 @@ fn load(dir: &Path, task: &str, secret: &mut Option<String>) -> Result<Credentia
 /// The saved credentials and a client for the server (`--url` / `AGENTADDRESS_URL`, else the
 /// URL saved by `create`).
 fn connect(
-    task: &str,
-    server: &ServerArg,
-    secret: &mut Option<String>,
+    task: &str, server: &ServerArg, secret: &mut Option<String>,
 ) -> Result<(PathBuf, Credentials, Api)> {
     let dir = creds::directory()?;
     let saved = load(&dir, task, secret)?;

@@ -208,10 +208,7 @@ pub struct SmtpServer {
 impl SmtpServer {
     /// Binds `args.smtp_listen` (`None` when SMTP is off) and loads the TLS key pair.
     pub async fn bind(
-        args: &SmtpArgs,
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        limits: Limits,
+        args: &SmtpArgs, store: Arc<dyn Store>, clock: Arc<dyn Clock>, limits: Limits,
         domain: String,
     ) -> Result<Option<Self>, String> {
         let Some(listen) = args.smtp_listen else {
@@ -398,9 +395,7 @@ impl DataMemory {
 
     /// The first step of a message from `client`, waiting up to `wait` for it.
     pub async fn reserve(
-        self: &Arc<Self>,
-        client: ClientKey,
-        wait: Duration,
+        self: &Arc<Self>, client: ClientKey, wait: Duration,
     ) -> Option<Reservation> {
         let mut reservation = Reservation {
             memory: Arc::clone(self),

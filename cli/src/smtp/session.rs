@@ -162,10 +162,7 @@ struct Session {
 
 /// Serves one connection to its end.
 pub async fn run(
-    stream: TcpStream,
-    peer: SocketAddr,
-    shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let _open = agentaddress_core::metrics::smtp_session();
@@ -199,9 +196,7 @@ async fn close(conn: Conn) {
 
 impl Session {
     async fn serve(
-        &mut self,
-        conn: &mut Conn,
-        shutdown: &mut watch::Receiver<bool>,
+        &mut self, conn: &mut Conn, shutdown: &mut watch::Receiver<bool>,
     ) -> io::Result<()> {
         if *shutdown.borrow() {
             return self.shutting_down(conn).await;
@@ -596,10 +591,7 @@ impl Session {
     /// as the message grows; given back when the message is not kept), and holding the client
     /// to the data rate ([`DataClock`]).
     async fn receive(
-        &self,
-        conn: &mut Conn,
-        memory: &mut Reservation,
-        max: usize,
+        &self, conn: &mut Conn, memory: &mut Reservation, max: usize,
     ) -> io::Result<Received> {
         let mut reader = DataReader::new(max);
         let mut clock = DataClock::new(self.shared.data_stall, self.shared.data_min_rate);

@@ -81,9 +81,7 @@ const DISCARD_READS_PER_POLL: usize = 64;
 
 impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for Lingering<I> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         self.io()?.poll_read(cx, buf)
     }
@@ -91,17 +89,13 @@ impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for Lingering
 
 impl<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncWrite for Lingering<I> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         self.io()?.poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         self.io()?.poll_write_vectored(cx, bufs)
     }

@@ -70,9 +70,7 @@ fn timed_out(what: &str) -> io::Error {
 
 /// Polls a lazily made timer set to `deadline`.
 fn poll_deadline(
-    timer: &mut Option<Pin<Box<Sleep>>>,
-    deadline: Instant,
-    cx: &mut Context<'_>,
+    timer: &mut Option<Pin<Box<Sleep>>>, deadline: Instant, cx: &mut Context<'_>,
 ) -> Poll<()> {
     match timer {
         Some(t) => {
@@ -90,9 +88,7 @@ fn poll_deadline(
 
 impl<I: AsyncRead + Unpin> AsyncRead for Guarded<I> {
     fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.expired {
@@ -169,9 +165,7 @@ impl<I: AsyncWrite + Unpin> Guarded<I> {
 
 impl<I: AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
     fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         if this.expired {
@@ -184,9 +178,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         if this.expired {
@@ -299,8 +291,7 @@ impl HttpBody for Tracked {
     type Error = axum::Error;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        mut self: Pin<&mut Self>, cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_frame(cx);

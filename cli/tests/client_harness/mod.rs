@@ -53,7 +53,7 @@ pub struct Cli {
 
 impl Cli {
     pub fn new(url: &str) -> Self {
-        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+        let tmp = tempfile::tempdir().expect("temp dir");
         let home = tmp.path().join("creds");
         Self {
             _tmp: tmp,
@@ -72,10 +72,7 @@ impl Cli {
 
     /// Runs `agentaddress ARGS` with `AGENTADDRESS_URL` set to the server, and `stdin`.
     pub async fn run_with(
-        &mut self,
-        args: &[&str],
-        url: Option<&str>,
-        stdin: Option<&[u8]>,
+        &mut self, args: &[&str], url: Option<&str>, stdin: Option<&[u8]>,
     ) -> Out {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentaddress"));
         cmd.args(args)
@@ -242,12 +239,9 @@ pub async fn deliver(inbox_url: &str, body: &Value) -> u64 {
         .body(body.to_string())
         .send()
         .await
-        .unwrap_or_else(|e| panic!("delivering to the inbox: {e}"));
+        .expect("delivering to the inbox");
     let status = response.status().as_u16();
-    let answer: Value = response
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("inbox answer: {e}"));
+    let answer: Value = response.json().await.expect("inbox answer");
     assert_eq!(status, 202, "{answer}");
     answer["event"]["sequence"]
         .as_u64()
@@ -332,7 +326,7 @@ pub async fn workflow(cli: &mut Cli, task: &str) {
         let task = task.to_owned();
         async move {
             let mut c = Cli {
-                _tmp: tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}")),
+                _tmp: tempfile::tempdir().expect("temp dir"),
                 home,
                 url,
                 log: Vec::new(),
@@ -350,9 +344,7 @@ pub async fn workflow(cli: &mut Cli, task: &str) {
         &json!({"type": "ci.finished", "data": {"build": 7}}),
     )
     .await;
-    let (out, took) = waiting
-        .await
-        .unwrap_or_else(|e| panic!("the long poll task: {e}"));
+    let (out, took) = waiting.await.expect("the long poll task");
     cli.log.push(out.clone());
     assert_eq!(out.code, 0, "{out:?}");
     assert!(

@@ -15,14 +15,12 @@ pub fn socket_addr(base: &str) -> SocketAddr {
 /// A connection from the loopback address `from` (127.0.0.x: one client IP per test role),
 /// with a small receive buffer when `rcvbuf` is set (a client that reads slowly).
 pub async fn connect_from(to: SocketAddr, from: [u8; 4], rcvbuf: Option<u32>) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
+    let socket = TcpSocket::new_v4().expect("socket");
     socket
         .bind(SocketAddr::from((from, 0)))
         .unwrap_or_else(|e| panic!("bind {from:?}: {e}"));
     if let Some(size) = rcvbuf {
-        socket
-            .set_recv_buffer_size(size)
-            .unwrap_or_else(|e| panic!("SO_RCVBUF: {e}"));
+        socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
     }
     socket
         .connect(to)

@@ -31,7 +31,7 @@ pub struct Serve {
 /// `agentaddress serve --email-domain DOMAIN EXTRA…` with its SMTP door on a free port and its
 /// database in a fresh temporary directory.
 pub async fn serve(domain: &str, extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     serve_in(dir, domain, extra).await
 }
 
@@ -78,7 +78,7 @@ impl Serve {
         let status = std::process::Command::new("kill")
             .args([sig, &pid.to_string()])
             .status()
-            .unwrap_or_else(|e| panic!("run kill: {e}"));
+            .expect("run kill");
         assert!(status.success(), "kill {sig} {pid}");
     }
 
@@ -104,12 +104,9 @@ pub async fn create(http: &reqwest::Client, base: &str) -> Address {
         .json(&json!({}))
         .send()
         .await
-        .unwrap_or_else(|e| panic!("create: {e}"));
+        .expect("create");
     assert_eq!(r.status(), 201);
-    let v: Value = r
-        .json()
-        .await
-        .unwrap_or_else(|e| panic!("create JSON: {e}"));
+    let v: Value = r.json().await.expect("create JSON");
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     Address {
         base: base.to_owned(),
@@ -130,11 +127,11 @@ pub async fn feed(http: &reqwest::Client, base: &str, a: &Address, wait: u64) ->
         .bearer_auth(&a.token)
         .send()
         .await
-        .unwrap_or_else(|e| panic!("GET events: {e}"));
+        .expect("GET events");
     let status = r.status();
-    let body = r.text().await.unwrap_or_else(|e| panic!("feed body: {e}"));
+    let body = r.text().await.expect("feed body");
     assert_eq!(status, 200, "{body}");
-    let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("feed JSON: {e}"));
+    let v: Value = serde_json::from_str(&body).expect("feed JSON");
     v["events"].as_array().cloned().unwrap_or_default()
 }
 
@@ -206,10 +203,7 @@ impl Raw {
     }
 
     pub async fn send(&mut self, bytes: &str) {
-        self.w
-            .write_all(bytes.as_bytes())
-            .await
-            .unwrap_or_else(|e| panic!("write: {e}"));
+        self.w.write_all(bytes.as_bytes()).await.expect("write");
     }
 
     /// One reply, its lines joined by `\n`; empty when the server closed the connection.
@@ -248,7 +242,7 @@ pub async fn read_reply<R: AsyncBufRead + Unpin>(r: &mut R) -> String {
         let n = tokio::time::timeout(REPLY_WITHIN, r.read_line(&mut line))
             .await
             .unwrap_or_else(|_| panic!("no reply within {REPLY_WITHIN:?} (so far: {all:?})"))
-            .unwrap_or_else(|e| panic!("read: {e}"));
+            .expect("read");
         if n == 0 {
             return all.join("\n");
         }
@@ -265,8 +259,8 @@ pub async fn read_reply<R: AsyncBufRead + Unpin>(r: &mut R) -> String {
 pub async fn exchange<S: AsyncBufRead + AsyncWrite + Unpin>(s: &mut S, line: &str) -> String {
     s.write_all(format!("{line}\r\n").as_bytes())
         .await
-        .unwrap_or_else(|e| panic!("write: {e}"));
-    s.flush().await.unwrap_or_else(|e| panic!("flush: {e}"));
+        .expect("write");
+    s.flush().await.expect("flush");
     read_reply(s).await
 }
 
@@ -274,10 +268,7 @@ pub async fn exchange<S: AsyncBufRead + AsyncWrite + Unpin>(s: &mut S, line: &st
 /// `rcpts`, `DATA`, `body` and the final `.`): the connection, still open, and the reply to the
 /// final `.`.
 pub async fn deliver_raw(
-    smtp: &SocketAddr,
-    from: &str,
-    rcpts: &[&str],
-    body: &str,
+    smtp: &SocketAddr, from: &str, rcpts: &[&str], body: &str,
 ) -> (Raw, String) {
     let (mut c, greeting) = Raw::connect(smtp).await;
     starts(&greeting, "220 ");
@@ -306,11 +297,8 @@ pub async fn fake_dns(
 ) -> (String, tokio::task::JoinHandle<()>) {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
         .await
-        .unwrap_or_else(|e| panic!("bind UDP: {e}"));
-    let addr = socket
-        .local_addr()
-        .unwrap_or_else(|e| panic!("UDP address: {e}"))
-        .to_string();
+        .expect("bind UDP");
+    let addr = socket.local_addr().expect("UDP address").to_string();
     let task = tokio::spawn(async move {
         let mut buf = [0u8; 1500];
         while let Ok((n, from)) = socket.recv_from(&mut buf).await {

@@ -21,7 +21,7 @@ struct Serve {
 }
 
 async fn serve(extra: &[&str]) -> Serve {
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("email.db");
     let mut args = vec!["--email-domain", DOMAIN];
     args.extend_from_slice(extra);
@@ -40,15 +40,14 @@ struct Rows<'a>(&'a Path);
 impl Kept for Rows<'_> {
     fn messages<'a>(&'a self, address_id: &'a str) -> BoxFuture<'a, usize> {
         Box::pin(async move {
-            let conn =
-                rusqlite::Connection::open(self.0).unwrap_or_else(|e| panic!("open the db: {e}"));
+            let conn = rusqlite::Connection::open(self.0).expect("open the db");
             let n: i64 = conn
                 .query_row(
                     "SELECT count(*) FROM emails WHERE address_id = ?1",
                     [address_id],
                     |r| r.get(0),
                 )
-                .unwrap_or_else(|e| panic!("count stored messages: {e}"));
+                .expect("count stored messages");
             usize::try_from(n).unwrap_or_default()
         })
     }

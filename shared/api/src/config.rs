@@ -117,6 +117,13 @@ pub struct ServiceConfig {
     /// {base}/api/v1/ws when this is not set.
     #[arg(long, env = "AGENTADDRESS_WS_URL", value_parser = parse_ws_url)]
     pub ws_url: Option<String>,
+
+    /// Let wake hooks call `http://` URLs and private addresses (loopback, private networks,
+    /// link-local): for a receiver on the operator's own machine or network, and tests. Off,
+    /// a hook can never be a way into the operator's network (docs/API.md §19).
+    #[arg(long, env = "AGENTADDRESS_ALLOW_PRIVATE_HOOKS", default_value_t = false,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub allow_private_hooks: bool,
 }
 
 /// A secret from the configuration: its `Debug` never shows it.
@@ -169,10 +176,7 @@ impl clap::builder::TypedValueParser for SecretParser {
     type Value = Secret;
 
     fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
+        &self, cmd: &clap::Command, arg: Option<&clap::Arg>, value: &std::ffi::OsStr,
     ) -> Result<Secret, clap::Error> {
         let broken = match value.to_str() {
             Some(s) => match (self.0)(s) {

@@ -93,6 +93,67 @@ pub struct CreatedAddress {
     pub address: AddressView,
     pub credentials: Credentials,
     pub endpoints: Endpoints,
+    /// The wake hooks made with it (docs/API.md §19), each with its signing secret (shown
+    /// only here); absent when the body named none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookCreated>,
+}
+
+/// A wake hook (docs/API.md §19), never with its secret or its headers' values.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HookView {
+    /// `hk_…`.
+    pub id: String,
+    pub url: String,
+    pub types: Vec<String>,
+    /// `standard`, `github-dispatch` or `slack`.
+    pub format: String,
+    /// The names of the headers it sends (their values are never shown).
+    pub header_names: Vec<String>,
+    pub debounce_seconds: u64,
+    /// `active`, `paused` or `disabled` (after three failed ranges in a row).
+    pub status: String,
+    /// Every matching event up to this sequence was covered by a wake the receiver took (or
+    /// reported by `hook.failed`).
+    pub delivered_through: u64,
+    /// RFC 3339.
+    pub created_at: String,
+    /// When the last wake was sent (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_wake_at: Option<String>,
+    /// The last failure, while the hook has one (a retry pending, or its last range failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl HookView {
+    pub fn of(h: &crate::store::HookRecord) -> Self {
+        Self {
+            id: h.id.clone(),
+            url: h.url.clone(),
+            types: h.types.clone(),
+            format: h.format.as_str().into(),
+            header_names: h.headers.iter().map(|(n, _)| n.clone()).collect(),
+            debounce_seconds: h.debounce_seconds,
+            status: h.status.as_str().into(),
+            delivered_through: h.delivery.delivered_through,
+            created_at: crate::domain::time::format_rfc3339(h.created_at),
+            last_wake_at: h
+                .delivery
+                .last_wake_at
+                .map(crate::domain::time::format_rfc3339),
+            last_error: h.delivery.last_error.clone(),
+        }
+    }
+}
+
+/// `201` of `POST {root}/hooks`, and an entry of the create answer's `hooks`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HookCreated {
+    pub hook: HookView,
+    /// `whsec_…`: verifies the wakes' `webhook-signature` (Standard Webhooks). Shown only
+    /// here.
+    pub signing_secret: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

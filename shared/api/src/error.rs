@@ -48,11 +48,15 @@ pub enum ErrorCode {
     ContactNotConfirmed,
     /// docs/API.md §16: this deployment has no sender and relay configured.
     OutboundNotConfigured,
+    /// docs/API.md §19: a hook URL that breaks a rule (the message names it).
+    InvalidHookUrl,
+    /// docs/API.md §19: a test wake got no answer (the message says why).
+    HookUnreachable,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 23] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -76,6 +80,8 @@ impl ErrorCode {
         ErrorCode::CodeExpired,
         ErrorCode::ContactNotConfirmed,
         ErrorCode::OutboundNotConfigured,
+        ErrorCode::InvalidHookUrl,
+        ErrorCode::HookUnreachable,
     ];
 
     /// The code on the wire (`error.code`).
@@ -104,6 +110,8 @@ impl ErrorCode {
             Self::CodeExpired => "code_expired",
             Self::ContactNotConfirmed => "contact_not_confirmed",
             Self::OutboundNotConfigured => "outbound_not_configured",
+            Self::InvalidHookUrl => "invalid_hook_url",
+            Self::HookUnreachable => "hook_unreachable",
         }
     }
 
@@ -115,7 +123,8 @@ impl ErrorCode {
     /// The HTTP status a code is answered with.
     pub const fn status(self) -> StatusCode {
         match self {
-            Self::InvalidRequest => StatusCode::BAD_REQUEST,
+            Self::InvalidRequest | Self::InvalidHookUrl => StatusCode::BAD_REQUEST,
+            Self::HookUnreachable => StatusCode::BAD_GATEWAY,
             Self::Unauthorized | Self::SignatureInvalid => StatusCode::UNAUTHORIZED,
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -190,6 +199,11 @@ impl ErrorCode {
             Self::OutboundNotConfigured => {
                 "This deployment sends no email: its operator has configured no sender and relay."
             }
+            Self::InvalidHookUrl => {
+                "The hook URL is refused: https:// only, no user info, and every address its \
+                 host resolves to must be public."
+            }
+            Self::HookUnreachable => "The hook's receiver did not answer.",
         }
     }
 }
@@ -208,6 +222,15 @@ pub fn code_schema() -> utoipa::openapi::schema::Object {
 pub enum ApiError {
     #[error("{0}")]
     InvalidRequest(String),
+    /// `quota_exceeded`: the address has its most wake hooks (docs/API.md §19).
+    #[error("hooks full")]
+    HooksFull,
+    /// `invalid_hook_url` (docs/API.md §19), naming the rule broken.
+    #[error("{0}")]
+    InvalidHookUrl(String),
+    /// `hook_unreachable` (docs/API.md §19), with the reason (never the URL or a header).
+    #[error("{0}")]
+    HookUnreachable(String),
     #[error("missing or invalid bearer token")]
     Unauthorized,
     #[error("{0}")]
@@ -294,6 +317,8 @@ impl ApiError {
     pub fn error_code(&self) -> ErrorCode {
         match self {
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
+            Self::InvalidHookUrl(_) => ErrorCode::InvalidHookUrl,
+            Self::HookUnreachable(_) => ErrorCode::HookUnreachable,
             Self::Unauthorized => ErrorCode::Unauthorized,
             Self::NotFound(_) => ErrorCode::NotFound,
             Self::MethodNotAllowed => ErrorCode::MethodNotAllowed,
@@ -301,7 +326,8 @@ impl ApiError {
             Self::QuotaExceeded
             | Self::EmailStorageFull
             | Self::OpenRequestsFull
-            | Self::ContactsFull => ErrorCode::QuotaExceeded,
+            | Self::ContactsFull
+            | Self::HooksFull => ErrorCode::QuotaExceeded,
             Self::RequestClosed => ErrorCode::RequestClosed,
             Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
@@ -333,6 +359,8 @@ impl ApiError {
     fn message(&self) -> String {
         match self {
             Self::InvalidRequest(m)
+            | Self::InvalidHookUrl(m)
+            | Self::HookUnreachable(m)
             | Self::NotFound(m)
             | Self::PayloadTooLarge(m)
             | Self::UnsupportedMediaType(m)
@@ -344,6 +372,10 @@ impl ApiError {
                  one must be answered or expire first."
                 .into(),
             Self::ContactsFull => "This address has its most contacts.".into(),
+            Self::HooksFull => format!(
+                "This address has its most wake hooks ({}); delete one first.",
+                crate::domain::hooks::MAX_HOOKS_PER_ADDRESS
+            ),
             Self::InvalidCode { tries_left: 0 } => "The confirmation code is wrong, and this \
                  code has no tries left: ask for a new one (POST the email alone)."
                 .into(),
@@ -515,6 +547,8 @@ mod tests {
             ApiError::ViewerCodeExpired,
             ApiError::ContactNotConfirmed,
             ApiError::OutboundNotConfigured,
+            ApiError::InvalidHookUrl("x".into()),
+            ApiError::HookUnreachable("x".into()),
             ApiError::Internal("secret detail".into()),
             ApiError::Unavailable("secret detail".into()),
         ];

@@ -172,9 +172,7 @@ impl Authenticated {
     /// handler that checks something before authenticating (docs/API.md §14: a deployment
     /// that cannot stream says so first).
     pub async fn check(
-        state: &AppState,
-        headers: &HeaderMap,
-        address_id: String,
+        state: &AppState, headers: &HeaderMap, address_id: String,
     ) -> Result<Self, ApiError> {
         let now = state.clock.now();
         let address = authenticate(state, headers, &address_id, now).await?;
@@ -193,6 +191,33 @@ impl FromRequestParts<AppState> for Authenticated {
         let address_id = path_param(parts, "address_id").await?;
         Self::check(state, &parts.headers, address_id).await
     }
+}
+
+/// An authenticated address whose due requests for a person have their `request.expired`
+/// events appended first (docs/API.md §12): what a handler extracts that reads or appends to
+/// the feed, reads or writes state, or shows a request, so that an expiry is never shown after
+/// something that happened later.
+pub struct Current(pub Authenticated);
+
+impl FromRequestParts<AppState> for Current {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let authenticated = Authenticated::from_request_parts(parts, state).await?;
+        expire_due(state, &authenticated.address, authenticated.now).await?;
+        Ok(Self(authenticated))
+    }
+}
+
+/// Appends the `request.expired` events that are due (docs/API.md §12) before a read shows the
+/// feed or a request, or anything is appended: `address` is the record authentication loaded.
+pub async fn expire_due(
+    state: &AppState, address: &crate::store::AddressRecord, now: Millis,
+) -> Result<(), ApiError> {
+    Ok(state
+        .store
+        .expire_due(address, &state.config.limits, now)
+        .await?)
 }
 
 /// Declares an extractor of the path parameter `$name` that `$check` accepts.
@@ -214,6 +239,19 @@ macro_rules! path_parameter {
         }
     };
 }
+
+path_parameter!(
+    /// `{hook_id}` (docs/API.md §19): 404 unless it has the shape of a hook id.
+    HookId,
+    "hook_id",
+    |id| {
+        if crate::domain::hooks::is_hook_id(id) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("No such hook."))
+        }
+    }
+);
 
 path_parameter!(
     /// `{event_id}` (docs/API.md §4, "Events"): 400 unless it has the shape of an id.
@@ -266,10 +304,7 @@ path_parameter!(
 /// Checks the bearer token of `address_id`: 401 for a missing or wrong token and for an unknown
 /// address alike; 410 for a deleted or expired address with the right token.
 pub async fn authenticate(
-    state: &AppState,
-    headers: &HeaderMap,
-    address_id: &str,
-    now: Millis,
+    state: &AppState, headers: &HeaderMap, address_id: &str, now: Millis,
 ) -> Result<AddressRecord, ApiError> {
     let token = bearer_token(headers).ok_or(ApiError::Unauthorized)?;
     if !ids::is_valid_id(address_id) {
@@ -350,10 +385,7 @@ fn too_large(limit: u64, what: &str) -> ApiError {
 
 /// Reads the whole body, refusing more than `limit` bytes with 413.
 pub async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: u64,
-    what: &str,
+    headers: &HeaderMap, body: Body, limit: u64, what: &str,
 ) -> Result<Bytes, ApiError> {
     check_content_length(headers, limit, what)?;
     let cap = usize::try_from(limit).unwrap_or(usize::MAX);
@@ -512,8 +544,7 @@ pub fn parse_feed_query(query: Option<&str>, max_wait_seconds: u64) -> Result<Fe
 /// The expected revision of a state write or delete, from `If-Match` (`N` or `"N"`) and/or the
 /// request's own `if_revision`; both given and different is a 400.
 pub fn expected_revision(
-    headers: &HeaderMap,
-    from_request: Option<u64>,
+    headers: &HeaderMap, from_request: Option<u64>,
 ) -> Result<Option<u64>, ApiError> {
     let header_value = match headers.get(header::IF_MATCH) {
         None => None,

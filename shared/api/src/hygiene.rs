@@ -128,10 +128,7 @@ pub fn check<B>(req: &mut Request<B>) -> Result<(), ApiError> {
 
 /// The `Host` rules; returns the value `Host` must be set to (the target's authority) if any.
 fn check_host(
-    headers: &HeaderMap,
-    version: Version,
-    from_socket: bool,
-    authority: Option<&str>,
+    headers: &HeaderMap, version: Version, from_socket: bool, authority: Option<&str>,
 ) -> Result<Option<HeaderValue>, ApiError> {
     let mut hosts = headers.get_all(header::HOST).iter();
     let first = hosts.next();

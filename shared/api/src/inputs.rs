@@ -32,6 +32,9 @@ use crate::domain::verification::{
 
 mod fields;
 use fields::*;
+mod hooks;
+use hooks::{hook_list, hook_list_schema};
+pub use hooks::{HookRequest, HookStatusBody};
 
 /// `name` and `task_id`: 1 to 200 characters (docs/API.md §1).
 pub const LABEL_MAX_CHARS: usize = 200;
@@ -154,6 +157,10 @@ pub struct CreateAddressRequest {
     #[serde(default, deserialize_with = "verification")]
     #[schema(schema_with = create_verification_schema)]
     pub verification: Option<VerificationConfig>,
+    /// Wake hooks made with the address (docs/API.md §19).
+    #[serde(default, deserialize_with = "hook_list")]
+    #[schema(schema_with = hook_list_schema)]
+    pub hooks: Option<Vec<crate::domain::hooks::HookSpec>>,
 }
 
 impl Fields for CreateAddressRequest {}

@@ -24,6 +24,7 @@ pub mod send_delivery;
 pub mod socket;
 pub mod stream;
 pub mod telemetry;
+pub mod wake_delivery;
 
 use std::sync::Arc;
 
@@ -57,7 +58,7 @@ pub struct ApiConfig {
 
 /// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
 /// first check `first` after the first read, each gap `growth` times the last, at most `max`.
-/// Each check is a cheap read of the address's sequence (`Store::feed_head_hint`), followed
+/// Each check is a cheap read of the address's sequence (`Feed::feed_head_hint`), followed
 /// by a read of the feed only when it moved.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PollChecks {
@@ -123,6 +124,12 @@ pub struct AppState {
     /// Where the wake-up socket is served (docs/API.md §17); `None`: nowhere, and
     /// `endpoints.ws_url` is absent.
     pub ws: Option<WsEndpoint>,
+    /// Where new address ids come from: [`ids::new_address_id`], 128 random bits (a test may
+    /// hand out ids that are taken, to see a creation try again).
+    pub address_ids: Arc<dyn Fn() -> String + Send + Sync>,
+    /// What calls wake hooks' URLs (docs/API.md §19: a hook's URL checked at creation, and
+    /// `POST {root}/hooks/{id}/test`); `None`: this function makes no hooks (501).
+    pub hook_caller: Option<Arc<dyn relay::HookCaller>>,
 }
 
 /// Where the wake-up socket is served, handed out as `endpoints.ws_url` (docs/API.md §17).
@@ -166,7 +173,21 @@ impl AppState {
             streams: Some(stream::StreamSettings::default()),
             outbound: None,
             ws: None,
+            address_ids: Arc::new(ids::new_address_id),
+            hook_caller: None,
         }
+    }
+
+    /// Wake hooks' URLs checked and called by `caller` (docs/API.md §19).
+    pub fn with_hook_caller(mut self, caller: Option<Arc<dyn relay::HookCaller>>) -> Self {
+        self.hook_caller = caller;
+        self
+    }
+
+    /// New address ids from `ids` instead of [`ids::new_address_id`].
+    pub fn with_address_ids(mut self, ids: Arc<dyn Fn() -> String + Send + Sync>) -> Self {
+        self.address_ids = ids;
+        self
     }
 
     /// The wake-up socket at `ws` (docs/API.md §17), or none.
@@ -239,10 +260,7 @@ pub fn router_with(groups: &[RouteGroup], state: AppState, mcp: Option<McpRoute>
 /// function passes every route's shape ([`routes::SHAPES`]), so that another method of a known
 /// path gets its 405 and `Allow` as from the function that serves the path.
 pub fn router_of(
-    groups: &[&'static Routes],
-    state: AppState,
-    mcp: Option<McpRoute>,
-    others: &[routes::Shape],
+    groups: &[&'static Routes], state: AppState, mcp: Option<McpRoute>, others: &[routes::Shape],
 ) -> Router {
     let mut app = Router::new();
     for g in groups {

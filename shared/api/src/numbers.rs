@@ -8,9 +8,7 @@ use crate::ApiError;
 
 /// An optional non-negative integer field within `range`; `null` counts as absent.
 pub fn optional_integer(
-    obj: &Map<String, Value>,
-    field: &str,
-    range: std::ops::RangeInclusive<u64>,
+    obj: &Map<String, Value>, field: &str, range: std::ops::RangeInclusive<u64>,
 ) -> Result<Option<u64>, ApiError> {
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),

@@ -104,7 +104,12 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
     &[
         (
             "create_address",
-            &[PayloadTooLarge, UnsupportedMediaType, RateLimited],
+            &[
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                RateLimited,
+                InvalidHookUrl,
+            ],
         ),
         ("inspect_address", &[Unauthorized, AddressGone]),
         ("delete_address", &[Unauthorized, AddressGone]),
@@ -237,14 +242,45 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 OutboundNotConfigured,
             ],
         ),
+        (
+            "add_hook",
+            &[
+                Unauthorized,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                InvalidHookUrl,
+            ],
+        ),
+        ("list_hooks", &[Unauthorized, AddressGone]),
+        (
+            "set_hook_status",
+            &[
+                Unauthorized,
+                NotFound,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+            ],
+        ),
+        ("delete_hook", &[Unauthorized, NotFound, AddressGone]),
+        (
+            "test_hook",
+            &[
+                Unauthorized,
+                NotFound,
+                AddressGone,
+                InvalidHookUrl,
+                HookUnreachable,
+            ],
+        ),
     ]
 };
 
 /// The codes `operation_id` can answer, in the catalogue's order.
 pub fn operation_error_codes(
-    operation_id: &str,
-    store_backed: bool,
-    has_body: bool,
+    operation_id: &str, store_backed: bool, has_body: bool,
 ) -> Vec<ErrorCode> {
     let own = OPERATION_ERRORS
         .iter()
@@ -339,6 +375,11 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
         "request_id",
         "A request id (`request.id`, `req_…`).",
         "^[A-Za-z0-9_-]{1,64}$",
+    ),
+    (
+        "hook_id",
+        "A wake hook's id (`hook.id`, `hk_…`).",
+        "^hk_[A-Za-z0-9_-]{1,61}$",
     ),
     (
         "secret",
@@ -503,7 +544,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 39);
+        assert_eq!(operations, 44);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -120,10 +120,7 @@ impl PageBudget {
     /// Takes `bytes` for `client` (at most its share), waiting first come first served until
     /// they are free or `deadline` passes (`None`: then).
     pub async fn reserve(
-        self: &Arc<Self>,
-        client: &str,
-        bytes: u64,
-        deadline: Instant,
+        self: &Arc<Self>, client: &str, bytes: u64, deadline: Instant,
     ) -> Option<Charge> {
         let share = self.client(client);
         let want = permits(units(bytes).clamp(1, self.share_units));
@@ -256,12 +253,7 @@ pub const WORKING_COPIES: u64 = 3;
 /// Without a budget (Lambda) the page is cut at 4 MiB and holds no charge. An empty page holds
 /// no memory either.
 pub(crate) async fn read_page(
-    state: &AppState,
-    client: &str,
-    address_id: &str,
-    after: u64,
-    limit: usize,
-    deadline: Instant,
+    state: &AppState, client: &str, address_id: &str, after: u64, limit: usize, deadline: Instant,
 ) -> Result<Option<(EventPage, Option<Charge>)>, StoreError> {
     let store = &state.store;
     let Some(budget) = &state.page_budget else {

@@ -47,7 +47,9 @@ pub enum RouteGroup {
     /// `POST {root}/requests`, `GET {root}/requests/{request_id}`, the person's page
     /// `GET`/`POST /r/{request_id}/{secret}`, its stylesheet and its script (docs/API.md §12).
     Requests,
-    /// `GET`, `POST {root}/email/contacts`, `POST {root}/email/send` (docs/API.md §16).
+    /// What calls out: `GET`, `POST {root}/email/contacts`, `POST {root}/email/send`
+    /// (docs/API.md §16), and the wake hooks, `POST`/`GET {root}/hooks`, `PUT`/`DELETE
+    /// {root}/hooks/{id}`, `POST {root}/hooks/{id}/test` (§19).
     Outbound,
 }
 
@@ -183,10 +185,7 @@ impl Routes {
 
     /// Adds this group's routes to `router` (the MCP group's one route is `mcp`'s, if given).
     pub(crate) fn add_to(
-        &self,
-        mut router: Router<AppState>,
-        state: &AppState,
-        mcp: Option<McpRoute>,
+        &self, mut router: Router<AppState>, state: &AppState, mcp: Option<McpRoute>,
     ) -> Router<AppState> {
         if self.group == RouteGroup::Mcp {
             return match mcp {
@@ -222,9 +221,7 @@ pub const MCP_SHAPE: Shape = Shape {
 /// function. Other methods of these paths then get the same 405 (with the same `Allow`) as from
 /// the function that serves the path.
 pub(crate) fn add_shapes(
-    mut router: Router<AppState>,
-    served: &[&Routes],
-    shapes: &[Shape],
+    mut router: Router<AppState>, served: &[&Routes], shapes: &[Shape],
 ) -> Router<AppState> {
     let served: Vec<(&str, String)> = served.iter().flat_map(|g| g.endpoints()).collect();
     for shape in shapes {
@@ -306,7 +303,7 @@ route_table! {
     Service SERVICE "service" [home, favicon, healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
     Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css, request_page_js]
-    Outbound OUTBOUND "outbound" [list_contacts, add_contact, send_email]
+    Outbound OUTBOUND "outbound" [list_contacts, add_contact, send_email, add_hook, list_hooks, set_hook_status, delete_hook, test_hook]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []
 }

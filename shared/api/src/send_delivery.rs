@@ -12,7 +12,7 @@ use tokio::sync::{watch, Notify};
 use crate::domain::mail_out::{self, SEND_ATTEMPTS, SEND_LEASE_MS};
 use crate::domain::{Clock, Ingress, Limits, Millis};
 use crate::relay::{Mail, Relay, RelayError};
-use crate::store::{NewEvent, SendOutcome, SendRecord, Store, StoreError};
+use crate::store::{prelude::*, NewEvent, SendOutcome, SendRecord, StoreError};
 
 pub use crate::relay::Dispatch;
 
@@ -76,11 +76,7 @@ pub enum Delivery {
 /// attempt. An attempt cut off between the relay's answer and the record (a crash) is tried
 /// again after its lease, with the same `Message-ID`.
 pub async fn attempt_send(
-    store: &dyn Store,
-    outbound: &Outbound,
-    limits: &Limits,
-    clock: &dyn Clock,
-    address_id: &str,
+    store: &dyn Store, outbound: &Outbound, limits: &Limits, clock: &dyn Clock, address_id: &str,
     send_id: &str,
 ) -> Result<Delivery, StoreError> {
     let now = clock.now();
@@ -142,11 +138,7 @@ pub async fn attempt_send(
 /// when the send is done (sent, failed, its address gone), else the time it is due again (a
 /// retry's, or the end of another attempt's lease), to hide the message until then.
 pub async fn consume_send(
-    store: &dyn Store,
-    outbound: &Outbound,
-    limits: &Limits,
-    clock: &dyn Clock,
-    address_id: &str,
+    store: &dyn Store, outbound: &Outbound, limits: &Limits, clock: &dyn Clock, address_id: &str,
     send_id: &str,
 ) -> Result<Option<Millis>, StoreError> {
     match attempt_send(store, outbound, limits, clock, address_id, send_id).await? {
@@ -245,13 +237,8 @@ impl DeliveryLoop {
 
     /// Runs until `shutdown` turns `true`.
     pub async fn run(
-        self,
-        store: Arc<dyn Store>,
-        outbound: Arc<Outbound>,
-        limits: Limits,
-        clock: Arc<dyn Clock>,
-        tick: Duration,
-        mut shutdown: watch::Receiver<bool>,
+        self, store: Arc<dyn Store>, outbound: Arc<Outbound>, limits: Limits,
+        clock: Arc<dyn Clock>, tick: Duration, mut shutdown: watch::Receiver<bool>,
     ) {
         loop {
             if *shutdown.borrow() {

@@ -17,10 +17,7 @@ pub type Refusal = Value;
 /// for a wrong token and an unknown address alike, `gone` for a deleted or expired address
 /// with the right token, `unavailable` when the store cannot answer).
 pub async fn authorize(
-    state: &AppState,
-    address_id: &str,
-    read_token: &str,
-    now: Millis,
+    state: &AppState, address_id: &str, read_token: &str, now: Millis,
 ) -> Result<AddressRecord, Refusal> {
     if !ids::is_valid_id(address_id) {
         return Err(unauthorized());

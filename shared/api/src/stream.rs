@@ -1,9 +1,9 @@
 //! `GET {root}/events/stream`: the feed as Server-Sent Events (docs/API.md §14).
 //!
 //! A stream is the long poll of `GET {root}/events` that never answers: it reads pages of the
-//! feed from its cursor as the feed does (`Store::read_events`), sends each event once, in
+//! feed from its cursor as the feed does (`Feed::read_events`), sends each event once, in
 //! order, and between pages waits on the same per-address wake-up signal
-//! (`Store::feed_signal`) — no polling loop. Requests for a person that expire during the wait
+//! (`Backend::feed_signal`) — no polling loop. Requests for a person that expire during the wait
 //! get their `request.expired` event on time, as they end a long poll.
 //!
 //! A stream ends on its own: at the server's graceful shutdown (after the event being written),
@@ -30,9 +30,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dto::{ErrorBody, EventView};
+use super::extract::expire_due;
 use super::extract::{parse_count, query_fields, Authenticated, Client, PathParams};
 use super::handlers::events::{charge_poll, EXPIRY_RECHECK};
-use super::handlers::person_requests::expire_due;
 use super::inputs::{parse_fields, StreamParams};
 use super::page_budget;
 use super::{ApiError, AppState};
@@ -84,11 +84,8 @@ impl Default for StreamSettings {
     )
 )]
 pub async fn stream_events(
-    State(state): State<AppState>,
-    PathParams(address_id): PathParams<String>,
-    Client(client): Client,
-    headers: HeaderMap,
-    uri: Uri,
+    State(state): State<AppState>, PathParams(address_id): PathParams<String>,
+    Client(client): Client, headers: HeaderMap, uri: Uri,
 ) -> Result<Response, ApiError> {
     let arrived = Instant::now();
     let (Some(settings), Some(signal)) = (state.streams, state.store.feed_signal()) else {

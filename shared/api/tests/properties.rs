@@ -293,12 +293,11 @@ proptest! {
 // Keys and ids (docs/API.md §0, §7)
 // ---------------------------------------------------------------------------------------------
 
-static KEY_ORACLE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"^[A-Za-z0-9._:-]{1,128}$").unwrap_or_else(|e| panic!("regex: {e}"))
-});
+static KEY_ORACLE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9._:-]{1,128}$").expect("regex"));
 
 static ID_ORACLE: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_-]{1,64}$").unwrap_or_else(|e| panic!("regex: {e}")));
+    LazyLock::new(|| Regex::new(r"^[A-Za-z0-9_-]{1,64}$").expect("regex"));
 
 /// Strings near the key and id alphabets and lengths, and arbitrary Unicode.
 fn candidate_key() -> impl Strategy<Value = String> {
@@ -398,7 +397,7 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap_or_else(|e| panic!("tokio runtime: {e}"))
+        .expect("tokio runtime")
 }
 
 struct App {
@@ -413,14 +412,14 @@ async fn send(router: &Router, req: Request<Body>) -> (StatusCode, HeaderMap, Va
         .clone()
         .oneshot(req)
         .await
-        .unwrap_or_else(|e| panic!("the router never fails: {e}"));
+        .expect("the router never fails");
     let status = response.status();
     let headers = response.headers().clone();
     let bytes = response
         .into_body()
         .collect()
         .await
-        .unwrap_or_else(|e| panic!("read body: {e}"))
+        .expect("read body")
         .to_bytes();
     let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     (status, headers, json)
@@ -444,7 +443,7 @@ fn request(method: Method, uri: &str, token: Option<&str>, body: Option<&Value>)
 
 /// A fresh in-memory service with one address.
 async fn app(limits: Limits) -> App {
-    let store = SqliteStore::open_in_memory().unwrap_or_else(|e| panic!("sqlite: {e}"));
+    let store = SqliteStore::open_in_memory().expect("sqlite");
     let config = ApiConfig {
         public_url: Some("http://agentaddress.test".into()),
         email_domain: "inbox.test".into(),

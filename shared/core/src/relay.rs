@@ -1,6 +1,6 @@
-//! The outbound mail relay (docs/API.md §16): what hands a message to the world — an SMTP
-//! smarthost for `agentaddress serve`, SES on AWS. Implementations live with their clients
-//! (`agentaddress-outbound`); the API only sees this trait.
+//! Calling out: the outbound mail relay (docs/API.md §16: an SMTP smarthost for
+//! `agentaddress serve`, SES on AWS) and the wake hooks' caller (§19). Implementations live
+//! with their clients (`agentaddress-outbound`); the API only sees these traits.
 
 use async_trait::async_trait;
 
@@ -49,4 +49,43 @@ pub trait Dispatch: Send + Sync + 'static {
     /// Hands on send `send_id` of `address_id`. An error leaves the send pending and is
     /// answered 503: a retry of the request with its Idempotency-Key hands it on again.
     async fn dispatch(&self, address_id: &str, send_id: &str) -> Result<(), String>;
+}
+
+/// What a hook's receiver answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub status: u16,
+    /// Its `Retry-After`, if any (read by `crate::domain::hooks::try_outcome`).
+    pub retry_after: Option<String>,
+    /// From the start of the call to the answer's head.
+    pub elapsed: std::time::Duration,
+}
+
+/// Why a wake got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotSent {
+    /// The URL, or an address its host resolves to, may not be called (`invalid_hook_url`).
+    #[error("{0}")]
+    Refused(String),
+    /// No answer: the name did not resolve, the connection failed, TLS failed, or the time ran
+    /// out (`hook_unreachable`; retried).
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Calls wake hooks' URLs (docs/API.md §19), safe by construction: never at an address that
+/// is not public unless private receivers are allowed, no redirect followed, the time and the
+/// answer read bounded (`agentaddress_outbound::wake::WakeSender`).
+#[async_trait]
+pub trait HookCaller: Send + Sync + 'static {
+    /// Whether private receivers (and `http://`) are allowed.
+    fn allows_private(&self) -> bool;
+
+    /// Checks a hook URL when a hook is made: its form, and every address its host resolves to.
+    async fn check(&self, url: &str) -> Result<(), crate::domain::hooks::HookUrlRefused>;
+
+    /// POSTs `body` with `headers` to `url`, checked again on the addresses actually used.
+    async fn call(
+        &self, url: &str, headers: &[(String, String)], body: Vec<u8>,
+    ) -> Result<Answered, NotSent>;
 }

@@ -1,11 +1,13 @@
 //! The one pipeline every door ends in (docs/API.md §10): recipients resolved to addresses, the
 //! message parsed once into each address's `email.received` event, and each event committed
-//! with the raw message by [`Store::append_email`]. Doors (the SMTP session, the raw-MIME
+//! with the raw message by [`Emails::append_email`]. Doors (the SMTP session, the raw-MIME
 //! webhook, SES on AWS) differ only in how they get the bytes and the envelope, and in how they
 //! answer each recipient's outcome ([`Rejection::smtp_reply`], [`Rejection::code`]).
 
 use agentaddress_core::domain::{Ingress, Limits, Millis};
-use agentaddress_core::store::{AddressRecord, EventRef, NewEmail, NewEvent, Store, StoreError};
+use agentaddress_core::store::{
+    prelude::*, AddressRecord, EventRef, NewEmail, NewEvent, StoreError,
+};
 use serde_json::Value;
 
 use crate::{
@@ -138,10 +140,7 @@ pub fn email_limits(limits: &Limits) -> EmailLimits {
 
 /// The live address a recipient names, with its `+tag`; what an SMTP server checks at `RCPT`.
 pub async fn resolve(
-    store: &dyn Store,
-    rcpt: &str,
-    domain: &str,
-    now: Millis,
+    store: &dyn Store, rcpt: &str, domain: &str, now: Millis,
 ) -> Result<(AddressRecord, Recipient), Rejection> {
     let recipient = parse_recipient(rcpt, domain).ok_or(Rejection::UnknownRecipient)?;
     match store.address_by_email(&recipient.key, now).await {
@@ -160,11 +159,7 @@ pub async fn resolve(
 /// address learns another's (Bcc) recipients. The message is parsed once, whatever the number
 /// of recipients.
 pub async fn deliver_email(
-    store: &dyn Store,
-    inbound: &Inbound<'_>,
-    domain: &str,
-    limits: &Limits,
-    now: Millis,
+    store: &dyn Store, inbound: &Inbound<'_>, domain: &str, limits: &Limits, now: Millis,
 ) -> Delivery {
     let mut delivery = Delivery::default();
     let max = usize::try_from(limits.max_email_recipients).unwrap_or(usize::MAX);

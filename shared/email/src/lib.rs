@@ -28,7 +28,7 @@
 //!
 //! [`deliver_email`] is the pipeline every door (SMTP, the raw-MIME webhook, SES) ends in: recipients
 //! resolved, the message parsed once, and each address's event committed with the raw message
-//! by the store ([`agentaddress_core::store::Store::append_email`]).
+//! by the store ([`agentaddress_core::store::Emails::append_email`]).
 //!
 //! [`ses`] holds the SES door's pure parts: SES's SPF/DKIM/DMARC verdicts ([`ses_auth`]) and
 //! the envelope ([`ses_envelope`]) of a message SES stored in S3, the S3 event notification

@@ -95,13 +95,8 @@ pub struct ParsedEmail {
 /// `tag` is the recipient's `+tag` ([`crate::parse_recipient`]); `email_id_hint` a provider's
 /// own message id (SES), used as the `email_id` when it is a valid id.
 pub fn parse_message(
-    raw: &[u8],
-    envelope: &Envelope,
-    tag: Option<&str>,
-    provider: Provider,
-    auth: AuthResults,
-    email_id_hint: Option<&str>,
-    limits: &EmailLimits,
+    raw: &[u8], envelope: &Envelope, tag: Option<&str>, provider: Provider, auth: AuthResults,
+    email_id_hint: Option<&str>, limits: &EmailLimits,
 ) -> Result<ParsedEmail, Refusal> {
     let message = parse_bounded(raw, limits)?;
 
@@ -188,8 +183,7 @@ pub fn parse_message(
 /// Pre-scans `raw`, parses it, refuses a message without header fields (a panic in the parser becomes [`Refusal::Unparseable`]: the
 /// release profile unwinds), and checks the parsed tree's parts and nesting.
 pub(crate) fn parse_bounded<'x>(
-    raw: &'x [u8],
-    limits: &EmailLimits,
+    raw: &'x [u8], limits: &EmailLimits,
 ) -> Result<Message<'x>, Refusal> {
     prescan(raw, limits)?;
     let message = std::panic::catch_unwind(|| MessageParser::default().parse(raw))

@@ -42,12 +42,7 @@ impl ProviderOutcome {
 /// Delivers the message SES stored as `email_id` to the recipients its SES headers name —
 /// only those of the address whose email is `only` when given (a replay by that address).
 pub async fn deliver_ses(
-    store: &dyn Store,
-    raw: &[u8],
-    email_id: &str,
-    domain: &str,
-    limits: &Limits,
-    now: Millis,
+    store: &dyn Store, raw: &[u8], email_id: &str, domain: &str, limits: &Limits, now: Millis,
     only: Option<&str>,
 ) -> ProviderOutcome {
     let envelope = ses_envelope(raw, domain);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use agentaddress_core::domain::{ids, Limits, Millis};
-use agentaddress_core::store::{NewAddress, Store, StoreError};
+use agentaddress_core::store::{prelude::*, NewAddress, StoreError};
 use agentaddress_email::{
     deliver_email, resolve, AuthResults, Delivery, Inbound, Provider, Refusal, Rejection,
 };
@@ -31,6 +31,7 @@ async fn address(store: &dyn Store, expires_at: Option<Millis>) -> String {
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
             verification: None,
+            hooks: Vec::new(),
         })
         .await
         .expect("create");

@@ -11,7 +11,7 @@ use agentaddress_api::inputs::{
     json_schema, CreateAddressRequest, CreateRequestBody, DeleteStateParams, FeedParams,
     PutStateRequest,
 };
-use agentaddress_api::inputs::{ContactBody, SendBody};
+use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody};
 
 /// The tools, one per REST operation they stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,10 +27,11 @@ pub(crate) enum ToolKind {
     ListContacts,
     AddContact,
     SendEmail,
+    AddWakeHook,
 }
 
 impl ToolKind {
-    const ALL: [ToolKind; 11] = [
+    const ALL: [ToolKind; 12] = [
         ToolKind::CreateReturnAddress,
         ToolKind::PollEvents,
         ToolKind::AcknowledgeEvent,
@@ -42,6 +43,7 @@ impl ToolKind {
         ToolKind::ListContacts,
         ToolKind::AddContact,
         ToolKind::SendEmail,
+        ToolKind::AddWakeHook,
     ];
 
     fn name(self) -> &'static str {
@@ -57,6 +59,7 @@ impl ToolKind {
             ToolKind::ListContacts => "list_contacts",
             ToolKind::AddContact => "add_contact",
             ToolKind::SendEmail => "send_email",
+            ToolKind::AddWakeHook => "add_wake_hook",
         }
     }
 
@@ -72,7 +75,7 @@ const UNTRUSTED: &str = "SECURITY: event contents (`type`, `source`, `data`, `ht
 
 /// The codes a tool result can carry: those of the REST operations the tools stand for
 /// (docs/API.md §9), each with what a caller should know of it.
-const TOOL_ERRORS: [(ErrorCode, &str); 17] = [
+const TOOL_ERRORS: [(ErrorCode, &str); 18] = [
     (ErrorCode::InvalidRequest, ""),
     (
         ErrorCode::Unauthorized,
@@ -104,6 +107,10 @@ const TOOL_ERRORS: [(ErrorCode, &str); 17] = [
     (
         ErrorCode::OutboundNotConfigured,
         " (this server sends no email)",
+    ),
+    (
+        ErrorCode::InvalidHookUrl,
+        " (add_wake_hook: the message names the rule the URL breaks)",
     ),
 ];
 
@@ -166,6 +173,7 @@ fn input_schema(kind: ToolKind) -> Value {
         ToolKind::ListContacts => (bearer(), None),
         ToolKind::AddContact => (bearer(), Some(json_schema::<ContactBody>())),
         ToolKind::SendEmail => (bearer(), Some(json_schema::<SendBody>())),
+        ToolKind::AddWakeHook => (bearer(), Some(json_schema::<HookRequest>())),
     };
     match kind {
         ToolKind::AcknowledgeEvent => own.push((
@@ -315,6 +323,19 @@ fn description(kind: ToolKind) -> String {
              appended at once; a delivery that fails for good later appends email.send_failed. \
              At most 20 sends per address per UTC day (rate_limited). {UNTRUSTED} {errors}"
         ),
+        ToolKind::AddWakeHook => format!(
+            "Have the address start your next run: when events whose types match `types` \
+             (default every type; `email.*`, `request.answered`) arrive, it POSTs a signed wake \
+             to `url` (https://, a public address) — no event data and no token, only the \
+             address id, the events' ids and types, and events_url: the woken run reads the \
+             feed with its own read token. `format`: standard (Standard Webhooks), \
+             github-dispatch (POST to https://api.github.com/repos/OWNER/REPO/dispatches with \
+             an Authorization header in `headers` starts a workflow on: repository_dispatch), \
+             or slack (an incoming webhook). `debounce_seconds` spaces wakes out. Returns the \
+             hook and its signing_secret (shown ONCE: give it to the receiver to verify the \
+             webhook-signature). At most 5 hooks per address (quota_exceeded); wakes that fail \
+             are retried for about 9 hours, then reported as hook.failed events. {errors}"
+        ),
     };
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -421,6 +442,7 @@ fn output_roots(kind: ToolKind) -> &'static [&'static str] {
         ToolKind::ListContacts => &["ContactsEnvelope"],
         ToolKind::AddContact => &["ContactEnvelope"],
         ToolKind::SendEmail => &["SendAccepted"],
+        ToolKind::AddWakeHook => &["HookCreated"],
     }
 }
 
@@ -459,6 +481,12 @@ fn annotations(kind: ToolKind) -> ToolAnnotations {
             .read_only(false)
             .destructive(false)
             .idempotent(true)
+            .open_world(true),
+        // Calls a URL of the caller's choosing on every matching event.
+        ToolKind::AddWakeHook => a
+            .read_only(false)
+            .destructive(false)
+            .idempotent(false)
             .open_world(true),
     }
 }

@@ -12,7 +12,7 @@ use agentaddress_api::extract::{client_ip, ClientIp};
 use agentaddress_api::inputs::{
     field_names, CreateRequestBody, DeleteStateParams, FeedParams, Fields, PutStateRequest,
 };
-use agentaddress_api::inputs::{ContactBody, SendBody};
+use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody};
 
 use crate::catalogue::ToolKind;
 
@@ -126,9 +126,7 @@ fn with_query(path: String, params: &[(String, Option<String>)]) -> String {
 /// MCP request: the Host and X-Forwarded-Proto headers (the public base URL of the links) and
 /// the client's IP (the creation rate limit).
 pub(crate) fn rest_request(
-    kind: ToolKind,
-    args: &JsonObject,
-    parts: Option<&Parts>,
+    kind: ToolKind, args: &JsonObject, parts: Option<&Parts>,
 ) -> Result<Request<Body>, String> {
     let root = || format!("/api/v1/addresses/{}", segment(args.get("address_id")));
     let body_of = |fields: Vec<String>| {
@@ -221,6 +219,11 @@ pub(crate) fn rest_request(
             Method::POST,
             format!("{}/email/send", root()),
             body_of(field_names::<SendBody>()),
+        ),
+        ToolKind::AddWakeHook => (
+            Method::POST,
+            format!("{}/hooks", root()),
+            body_of(field_names::<HookRequest>()),
         ),
     };
     let mut builder = Request::builder().method(method).uri(uri);

@@ -42,9 +42,7 @@ impl ServerHandler for McpServer {
     }
 
     async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        &self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(TOOLS.clone()))
     }
@@ -54,9 +52,7 @@ impl ServerHandler for McpServer {
     }
 
     async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        &self, request: CallToolRequestParams, context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         // An unknown tool is a protocol error (the MCP specification's -32602).
         let Some(kind) = ToolKind::parse(&request.name) else {

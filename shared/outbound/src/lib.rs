@@ -1,8 +1,11 @@
 //! The outbound mail relays of docs/API.md §16: [`build_message`] turns a
 //! [`agentaddress_core::relay::Mail`] into an RFC 5322 message (lettre encodes every header:
 //! non-ASCII subjects as encoded-words, addresses checked again), and [`SmtpRelay`] hands it
-//! to the operator's SMTP smarthost — `agentaddress serve --smtp-relay URL`.
+//! to the operator's SMTP smarthost — `agentaddress serve --smtp-relay URL`. [`wake`] is the
+//! HTTP client that sends wake hooks (§19).
 #![forbid(unsafe_code)]
+
+pub mod wake;
 
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! Addresses: creating one, reading it (by id or by email key), its usage, and deleting it (a tombstone; its data is
 //! purged at once).
 
+use crate::store::Addresses;
+use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
 use crate::domain::verification::VerificationConfig;
@@ -10,9 +12,9 @@ use crate::rows::*;
 use crate::store::{AddressRecord, NewAddress, StoreError, StoreResult, Usage};
 use crate::SqliteStore;
 
-impl SqliteStore {
-    /// `Store::create_address` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn create_address_impl(&self, a: NewAddress) -> StoreResult<()> {
+#[async_trait]
+impl Addresses for SqliteStore {
+    async fn create_address(&self, a: NewAddress) -> StoreResult<()> {
         self.write(move |conn| {
             let n = conn
                 .prepare_cached(
@@ -39,28 +41,21 @@ impl SqliteStore {
             if n == 0 {
                 return Err(StoreError::AddressExists);
             }
-            Ok(())
+            let created_at = a.created_at;
+            crate::hooks::insert_hooks(conn, &a.id, a.hooks, 0, created_at).map(|_| ())
         })
         .await
     }
 
-    /// `Store::get_address` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn get_address_impl(
-        &self,
-        id: &str,
-        _now: Millis,
-    ) -> StoreResult<Option<AddressRecord>> {
+    async fn get_address(&self, id: &str, _now: Millis) -> StoreResult<Option<AddressRecord>> {
         let id = id.to_owned();
         self.read(move |conn| load_address(conn, &id)).await
     }
 
-    /// `Store::address_by_email` (the trait impl in lib.rs delegates here): the row holding
     /// the email key, tombstones included, like `get_address`. Rows from before migration 2
     /// were backfilled with their key, so every address has one.
-    pub(crate) async fn address_by_email_impl(
-        &self,
-        email: &str,
-        _now: Millis,
+    async fn address_by_email(
+        &self, email: &str, _now: Millis,
     ) -> StoreResult<Option<AddressRecord>> {
         let email_key = ids::email_key(email);
         self.read(move |conn| {
@@ -75,13 +70,9 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::set_verification` (the trait impl in lib.rs delegates here): one UPDATE of the
     /// live address's row.
-    pub(crate) async fn set_verification_impl(
-        &self,
-        id: &str,
-        verification: Option<VerificationConfig>,
-        now: Millis,
+    async fn set_verification(
+        &self, id: &str, verification: Option<VerificationConfig>, now: Millis,
     ) -> StoreResult<()> {
         let id = id.to_owned();
         let stored = verification.as_ref().map(VerificationConfig::to_stored);
@@ -96,13 +87,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::usage` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn usage_impl(
-        &self,
-        id: &str,
-        _limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<Usage> {
+    async fn usage(&self, id: &str, _limits: &Limits, now: Millis) -> StoreResult<Usage> {
         let id = id.to_owned();
         self.read(move |conn| {
             let a = live_address(conn, &id, now)?;
@@ -123,8 +108,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::delete_address` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn delete_address_impl(&self, id: &str, now: Millis) -> StoreResult<()> {
+    async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
         let id = id.to_owned();
         let result = {
             let id = id.clone();
@@ -137,13 +121,11 @@ impl SqliteStore {
                 )
                 .map_err(sql_err)?;
                 purge_data(conn, &id)?;
+                conn.tell(&id, 0);
                 Ok(())
             })
             .await
         };
-        if result.is_ok() {
-            self.inner.signal.notify(&id, 0);
-        }
         result
     }
 }

@@ -3,18 +3,17 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use crate::connections::Tx;
+use crate::domain::hooks::wakes_for;
 use crate::domain::{ids, Limits, Millis};
 use crate::rows::{i, sql_err};
 use crate::store::rules::{self, Quota};
 use crate::store::{AddressRecord, EventRef, NewEvent, StoreError, StoreResult};
 
-/// Appends the next event of `address` (already checked live in this transaction).
+/// Appends the next event of `address` (already checked live in this transaction); its waiters
+/// are told once the write commits.
 pub(crate) fn append_in_tx(
-    conn: &Connection,
-    address: &AddressRecord,
-    event: &NewEvent,
-    limits: &Limits,
-    now: Millis,
+    conn: &Tx<'_>, address: &AddressRecord, event: &NewEvent, limits: &Limits, now: Millis,
 ) -> StoreResult<EventRef> {
     let seq = address.last_sequence + 1;
     check_quota(conn, &address.id, seq, limits, now)?;
@@ -24,11 +23,7 @@ pub(crate) fn append_in_tx(
 /// Appends the next event of `address` without the feed quota: only for the one report a
 /// send's earlier append left room for (docs/API.md §16, `email.send_failed`).
 pub(crate) fn append_over_quota(
-    conn: &Connection,
-    address: &AddressRecord,
-    event: &NewEvent,
-    limits: &Limits,
-    now: Millis,
+    conn: &Tx<'_>, address: &AddressRecord, event: &NewEvent, limits: &Limits, now: Millis,
 ) -> StoreResult<EventRef> {
     let seq = address.last_sequence + 1;
     let id = ids::new_event_id(seq);
@@ -55,16 +50,16 @@ pub(crate) fn append_over_quota(
         .map_err(sql_err)?
         .execute(params![address.id, i(seq)])
         .map_err(sql_err)?;
+    conn.tell(&address.id, seq);
+    if wakes_for(&address.hook_types, &event.event_type) {
+        crate::hooks::hooks_woken(conn, &address.id, seq)?;
+    }
     Ok(EventRef { id, sequence: seq })
 }
 
 /// The feed quota of `rules::quota` for appending `seq`.
 pub(crate) fn check_quota(
-    conn: &Connection,
-    address_id: &str,
-    seq: u64,
-    limits: &Limits,
-    now: Millis,
+    conn: &Connection, address_id: &str, seq: u64, limits: &Limits, now: Millis,
 ) -> StoreResult<()> {
     let deciding = match rules::quota(seq, limits) {
         Quota::Allows => return Ok(()),

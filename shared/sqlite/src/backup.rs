@@ -105,9 +105,7 @@ fn schema_version(conn: &Connection) -> Result<i64, String> {
 }
 
 fn copy_and_check(
-    src: &Connection,
-    partial: &Path,
-    version: i64,
+    src: &Connection, partial: &Path, version: i64,
 ) -> Result<BackupReport, BackupError> {
     let mut dst = Connection::open(partial)?;
     {

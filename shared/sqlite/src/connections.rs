@@ -20,13 +20,44 @@ const MAX_READERS: usize = 4;
 
 pub(crate) type Completion = Box<dyn FnOnce(StoreResult<()>) + Send>;
 
+/// The writer's connection inside one write, with the news of what it appended: the waiters of
+/// each address told of ([`Tx::tell`]) are woken once the write has committed, and never when
+/// it rolled back (the feed signal, docs/ARCHITECTURE.md).
+pub(crate) struct Tx<'c> {
+    conn: &'c Connection,
+    told: std::cell::RefCell<Vec<(String, u64)>>,
+    hooks_told: std::cell::Cell<bool>,
+}
+
+impl std::ops::Deref for Tx<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Tx<'_> {
+    /// Wakes the waiters of `address_id` with its feed's head `sequence` once this write has
+    /// committed (0 with no new event: the address was deleted).
+    pub(crate) fn tell(&self, address_id: &str, sequence: u64) {
+        self.told
+            .borrow_mut()
+            .push((address_id.to_owned(), sequence));
+    }
+
+    /// Wakes the wake loop once this write has committed: a hook has something to do
+    /// (docs/API.md §19).
+    pub(crate) fn tell_hooks(&self) {
+        self.hooks_told.set(true);
+    }
+}
+
 pub(crate) type Job = Box<dyn FnOnce(StoreResult<&Connection>) -> Completion + Send>;
 
 impl SqliteStore {
     pub(crate) fn start(
-        mut conn: Connection,
-        path: Option<PathBuf>,
-        options: SqliteOptions,
+        mut conn: Connection, path: Option<PathBuf>, options: SqliteOptions,
     ) -> StoreResult<Self> {
         let sync = match options.synchronous {
             Synchronous::Full => "FULL",
@@ -66,12 +97,14 @@ impl SqliteStore {
     }
 
     /// Runs `f` on the writer connection inside its own savepoint of the current group
-    /// transaction; its result is delivered once that transaction has committed.
+    /// transaction; once that transaction has committed, the waiters `f` told of are woken and
+    /// its result is delivered.
     pub(crate) async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&Tx<'_>) -> StoreResult<T> + Send + 'static,
     {
+        let inner = self.inner.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<StoreResult<T>>();
         let job: Job = Box::new(move |conn: StoreResult<&Connection>| -> Completion {
             let conn = match conn {
@@ -85,7 +118,14 @@ impl SqliteStore {
                 let _ = tx.send(Err(sql_err(e)));
                 return Box::new(|_| {});
             }
-            let result = f(conn);
+            let tx_view = Tx {
+                conn,
+                told: Default::default(),
+                hooks_told: Default::default(),
+            };
+            let result = f(&tx_view);
+            let hooks_told = tx_view.hooks_told.get();
+            let told = tx_view.told.into_inner();
             let end = if result.is_ok() {
                 conn.execute_batch("RELEASE job")
             } else {
@@ -96,7 +136,16 @@ impl SqliteStore {
                 Err(e) => Err(sql_err(e)),
             };
             Box::new(move |commit: StoreResult<()>| {
-                let _ = tx.send(commit.and(result));
+                let result = commit.and(result);
+                if result.is_ok() {
+                    for (address_id, sequence) in told {
+                        inner.signal.notify(&address_id, sequence);
+                    }
+                    if hooks_told {
+                        inner.signal.wake_hooks();
+                    }
+                }
+                let _ = tx.send(result);
             })
         });
         self.inner
@@ -118,7 +167,7 @@ impl SqliteStore {
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let Some(path) = self.inner.path.clone() else {
-            return self.write(f).await;
+            return self.write(move |tx: &Tx<'_>| f(tx)).await;
         };
         // Held by the blocking task itself, so a cancelled request frees it only when done.
         let slot = Arc::clone(&self.inner.reader_slots)
@@ -153,8 +202,7 @@ impl SqliteStore {
 /// `f` inside one deferred transaction (WAL: one snapshot for all its statements), ended
 /// without writing anything.
 pub(crate) fn read_snapshot<T>(
-    conn: &Connection,
-    f: impl FnOnce(&Connection) -> StoreResult<T>,
+    conn: &Connection, f: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
     let tx = conn.unchecked_transaction().map_err(sql_err)?;
     let result = f(&tx);

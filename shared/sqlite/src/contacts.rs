@@ -2,17 +2,15 @@
 //! of the single writer, so tries and daily counts are counted exactly however many requests
 //! race.
 
+use crate::store::Contacts;
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::domain::mail_out::{
-    code_hashes_equal, code_mails_from_scope, code_mails_to_scope, seconds_to_next_day, utc_day,
-    ContactStatus, CODE_MAILS_PER_DAY, CODE_TRIES,
-};
+use crate::domain::mail_out::{code_hashes_equal, utc_day, ContactStatus};
 use crate::domain::{Limits, Millis};
 use crate::rows::*;
-use crate::store::{
-    CodeCheck, CodeIssued, CodeMailCap, ContactRecord, NewCode, StoreError, StoreResult,
-};
+use crate::store::rules::mail::{self, CodeTry};
+use crate::store::{CodeCheck, CodeIssued, ContactRecord, NewCode, StoreError, StoreResult};
 use crate::SqliteStore;
 
 const CONTACT_COLUMNS: &str = "email, status, created_at, confirmed_at, code_hash, \
@@ -58,41 +56,21 @@ pub(crate) fn count_up(conn: &Connection, scope: &str, day: i64) -> StoreResult<
 /// Refuses a code mail past the recipient mailbox's or the client's daily cap, in that order;
 /// else counts it against both. In the transaction that issues the code.
 fn count_code_mail(
-    conn: &Connection,
-    code: &NewCode,
-    limits: &Limits,
-    now: Millis,
+    conn: &Connection, code: &NewCode, limits: &Limits, now: Millis,
 ) -> StoreResult<()> {
     let day = utc_day(now);
-    let to = code_mails_to_scope(&code.email);
-    let from = code_mails_from_scope(&code.client);
-    for (scope, cap, max) in [
-        (
-            &to,
-            CodeMailCap::Recipient,
-            limits.code_mails_per_recipient_per_day,
-        ),
-        (
-            &from,
-            CodeMailCap::Client,
-            limits.code_mails_per_client_per_day,
-        ),
-    ] {
-        if daily_count(conn, scope, day)? >= max {
-            return Err(StoreError::CodeMailCap {
-                cap,
-                retry_after_seconds: seconds_to_next_day(now),
-            });
-        }
+    let counts = mail::code_mail_counts(code, limits);
+    for count in &counts {
+        mail::code_mail_allowed(count, daily_count(conn, &count.scope, day)?, now)?;
     }
-    count_up(conn, &to, day)?;
-    count_up(conn, &from, day)
+    for count in &counts {
+        count_up(conn, &count.scope, day)?;
+    }
+    Ok(())
 }
 
 pub(crate) fn load_contact(
-    conn: &Connection,
-    id: &str,
-    email: &str,
+    conn: &Connection, id: &str, email: &str,
 ) -> StoreResult<Option<ContactRecord>> {
     conn.prepare_cached(&format!(
         "SELECT {CONTACT_COLUMNS} FROM contacts WHERE address_id = ?1 AND email = ?2"
@@ -103,12 +81,9 @@ pub(crate) fn load_contact(
     .map_err(sql_err)
 }
 
-impl SqliteStore {
-    pub(crate) async fn list_contacts_impl(
-        &self,
-        id: &str,
-        now: Millis,
-    ) -> StoreResult<Vec<ContactRecord>> {
+#[async_trait]
+impl Contacts for SqliteStore {
+    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
         let id = id.to_owned();
         self.read(move |conn| {
             live_address(conn, &id, now)?;
@@ -124,17 +99,11 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::issue_contact_code` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn issue_contact_code_impl(
-        &self,
-        id: &str,
-        code: NewCode,
-        limits: &Limits,
-        now: Millis,
+    async fn issue_contact_code(
+        &self, id: &str, code: NewCode, limits: &Limits, now: Millis,
     ) -> StoreResult<CodeIssued> {
         let id = id.to_owned();
         let limits = limits.clone();
-        let max_contacts = limits.max_contacts;
         self.write(move |conn| {
             live_address(conn, &id, now)?;
             let day = utc_day(now);
@@ -143,12 +112,7 @@ impl SqliteStore {
                     return Ok(CodeIssued::AlreadyConfirmed(c))
                 }
                 Some(c) => {
-                    let mails = if c.code_day == day { c.code_mails } else { 0 };
-                    if mails >= CODE_MAILS_PER_DAY {
-                        return Err(StoreError::DailyLimit {
-                            retry_after_seconds: seconds_to_next_day(now),
-                        });
-                    }
+                    let mails = mail::contact_code_mails(&c, now)?;
                     count_code_mail(conn, &code, &limits, now)?;
                     conn.prepare_cached(
                         "UPDATE contacts SET code_hash = ?3, code_expires_at = ?4, \
@@ -172,9 +136,7 @@ impl SqliteStore {
                         .map_err(sql_err)?
                         .query_row([&id], |r| r.get(0))
                         .map_err(sql_err)?;
-                    if u(count) >= max_contacts {
-                        return Err(StoreError::QuotaExceeded);
-                    }
+                    mail::contact_quota(u(count), &limits)?;
                     count_code_mail(conn, &code, &limits, now)?;
                     conn.prepare_cached(
                         "INSERT INTO contacts (address_id, email, status, created_at, code_hash, \
@@ -200,13 +162,8 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::check_contact_code` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn check_contact_code_impl(
-        &self,
-        id: &str,
-        email: &str,
-        code_hash: &str,
-        now: Millis,
+    async fn check_contact_code(
+        &self, id: &str, email: &str, code_hash: &str, now: Millis,
     ) -> StoreResult<CodeCheck> {
         let (id, email, code_hash) = (id.to_owned(), email.to_owned(), code_hash.to_owned());
         self.write(move |conn| {
@@ -214,18 +171,10 @@ impl SqliteStore {
             let Some(c) = load_contact(conn, &id, &email)? else {
                 return Err(StoreError::NotFound);
             };
-            if c.status == ContactStatus::Confirmed {
-                return Ok(CodeCheck::AlreadyConfirmed(c));
+            if let CodeTry::Decided(check) = mail::code_try(&c, now) {
+                return Ok(check);
             }
-            let (Some(stored), Some(expires_at)) = (&c.code_hash, c.code_expires_at) else {
-                return Ok(CodeCheck::Expired);
-            };
-            if expires_at <= now {
-                return Ok(CodeCheck::Expired);
-            }
-            if c.code_tries >= CODE_TRIES {
-                return Ok(CodeCheck::Spent);
-            }
+            let stored = c.code_hash.as_deref().unwrap_or_default();
             if code_hashes_equal(stored, &code_hash) {
                 conn.prepare_cached(
                     "UPDATE contacts SET status = 'confirmed', confirmed_at = ?3, \
@@ -246,9 +195,7 @@ impl SqliteStore {
             .map_err(sql_err)?
             .execute(params![id, email])
             .map_err(sql_err)?;
-            Ok(CodeCheck::Wrong {
-                tries_left: CODE_TRIES - c.code_tries - 1,
-            })
+            Ok(mail::wrong_code(c.code_tries + 1))
         })
         .await
     }

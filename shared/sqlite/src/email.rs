@@ -4,6 +4,8 @@
 //! A message row carries its event's sequence and expiry: the sweep removes both at retention,
 //! and purging an address removes its messages with its events.
 
+use crate::store::Emails;
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::append_in_tx;
@@ -12,18 +14,32 @@ use crate::rows::*;
 use crate::store::{Appended, EventRef, NewEmail, StoreError, StoreResult, StoredEmail};
 use crate::SqliteStore;
 
-impl SqliteStore {
-    /// `Store::append_email` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn append_email_impl(
-        &self,
-        id: &str,
-        email: NewEmail,
-        limits: &Limits,
-        now: Millis,
+/// The retained event that `email_id` produced for this address, if any.
+fn retained_email_event(
+    conn: &Connection, address_id: &str, email_id: &str, now: Millis,
+) -> StoreResult<Option<EventRef>> {
+    conn.prepare_cached(
+        "SELECT seq, event_id FROM emails WHERE address_id = ?1 AND email_id = ?2 \
+         AND expires_at > ?3",
+    )
+    .map_err(sql_err)?
+    .query_row(params![address_id, email_id, now], |r| {
+        Ok(EventRef {
+            sequence: u(r.get(0)?),
+            id: r.get(1)?,
+        })
+    })
+    .optional()
+    .map_err(sql_err)
+}
+
+#[async_trait]
+impl Emails for SqliteStore {
+    async fn append_email(
+        &self, id: &str, email: NewEmail, limits: &Limits, now: Millis,
     ) -> StoreResult<Appended> {
         let id = id.to_owned();
         let limits = limits.clone();
-        let address_id = id.clone();
         let appended = self
             .write(move |conn| {
                 let address = live_address(conn, &id, now)?;
@@ -68,20 +84,11 @@ impl SqliteStore {
                 })
             })
             .await?;
-        if !appended.duplicate {
-            self.inner
-                .signal
-                .notify(&address_id, appended.event.sequence);
-        }
         Ok(appended)
     }
 
-    /// `Store::email_of_event` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn email_of_event_impl(
-        &self,
-        id: &str,
-        event_id: &str,
-        now: Millis,
+    async fn email_of_event(
+        &self, id: &str, event_id: &str, now: Millis,
     ) -> StoreResult<StoredEmail> {
         let id = id.to_owned();
         let event_id = event_id.to_owned();
@@ -123,13 +130,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::email_by_id` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn email_by_id_impl(
-        &self,
-        id: &str,
-        email_id: &str,
-        now: Millis,
-    ) -> StoreResult<StoredEmail> {
+    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
         let id = id.to_owned();
         let email_id = email_id.to_owned();
         self.read(move |conn| {
@@ -155,26 +156,4 @@ impl SqliteStore {
         })
         .await
     }
-}
-
-/// The retained event that `email_id` produced for this address, if any.
-fn retained_email_event(
-    conn: &Connection,
-    address_id: &str,
-    email_id: &str,
-    now: Millis,
-) -> StoreResult<Option<EventRef>> {
-    conn.prepare_cached(
-        "SELECT seq, event_id FROM emails WHERE address_id = ?1 AND email_id = ?2 \
-         AND expires_at > ?3",
-    )
-    .map_err(sql_err)?
-    .query_row(params![address_id, email_id, now], |r| {
-        Ok(EventRef {
-            sequence: u(r.get(0)?),
-            id: r.get(1)?,
-        })
-    })
-    .optional()
-    .map_err(sql_err)
 }

@@ -1,6 +1,8 @@
 //! The feed: appending a delivery (with its idempotency key), reading pages of events, one
 //! event by id, acknowledging, and the last sequence.
 
+use crate::store::Feed;
+use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
 use crate::append::append_in_tx;
@@ -13,19 +15,14 @@ use crate::store::{
 };
 use crate::SqliteStore;
 
-impl SqliteStore {
-    /// `Store::append_event` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn append_event_impl(
-        &self,
-        id: &str,
-        event: NewEvent,
-        claim: Option<IdempotencyClaim>,
-        limits: &Limits,
+#[async_trait]
+impl Feed for SqliteStore {
+    async fn append_event(
+        &self, id: &str, event: NewEvent, claim: Option<IdempotencyClaim>, limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
         let id = id.to_owned();
         let limits = limits.clone();
-        let address_id = id.clone();
         let appended = self
             .write(move |conn| {
                 let address = live_address(conn, &id, now)?;
@@ -72,22 +69,11 @@ impl SqliteStore {
                 })
             })
             .await?;
-        if !appended.duplicate {
-            self.inner
-                .signal
-                .notify(&address_id, appended.event.sequence);
-        }
         Ok(appended)
     }
 
-    /// `Store::read_events` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn read_events_impl(
-        &self,
-        id: &str,
-        after: u64,
-        limit: usize,
-        max_bytes: u64,
-        now: Millis,
+    async fn read_events(
+        &self, id: &str, after: u64, limit: usize, max_bytes: u64, now: Millis,
     ) -> StoreResult<EventPage> {
         let id = id.to_owned();
         self.read(move |conn| {
@@ -123,13 +109,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::get_event` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn get_event_impl(
-        &self,
-        id: &str,
-        event_id: &str,
-        now: Millis,
-    ) -> StoreResult<Event> {
+    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event> {
         let id = id.to_owned();
         let event_id = event_id.to_owned();
         self.read(move |conn| {
@@ -150,13 +130,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::ack_event` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn ack_event_impl(
-        &self,
-        id: &str,
-        event_id: &str,
-        now: Millis,
-    ) -> StoreResult<Acked> {
+    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked> {
         let id = id.to_owned();
         let event_id = event_id.to_owned();
         self.write(move |conn| {
@@ -187,8 +161,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::last_sequence` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn last_sequence_impl(&self, id: &str, now: Millis) -> StoreResult<u64> {
+    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64> {
         let id = id.to_owned();
         self.read(move |conn| Ok(live_address(conn, &id, now)?.last_sequence))
             .await

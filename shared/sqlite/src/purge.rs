@@ -21,6 +21,7 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM contacts WHERE address_id = ?1",
         "DELETE FROM sends WHERE address_id = ?1",
         "DELETE FROM viewer_codes WHERE address_id = ?1",
+        "DELETE FROM hooks WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -28,11 +29,9 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
 }
 
 impl SqliteStore {
-    /// `Store::sweep` (the trait impl in lib.rs delegates here).
+    /// `Backend::sweep` (the trait impl in lib.rs delegates here).
     pub(crate) async fn sweep_impl(
-        &self,
-        limits: &Limits,
-        now: Millis,
+        &self, limits: &Limits, now: Millis,
     ) -> StoreResult<SweepReport> {
         let tombstone_ms = limits.tombstone_ms();
         let limits = limits.clone();
@@ -73,12 +72,9 @@ impl SqliteStore {
                     .map_err(sql_err)?
                     .collect::<Result<_, _>>()
                     .map_err(sql_err)?;
-                let mut woken = Vec::new();
                 for id in &due {
                     if let Some(address) = load_address(conn, id)? {
-                        if let Some(last) = expire_in_tx(conn, &address, &limits, now)?.last() {
-                            woken.push((id.clone(), *last));
-                        }
+                        expire_in_tx(conn, &address, &limits, now)?;
                     }
                 }
                 conn.execute(
@@ -111,20 +107,13 @@ impl SqliteStore {
                         [now.saturating_sub(tombstone_ms)],
                     )
                     .map_err(sql_err)? as u64;
-                Ok((
-                    SweepReport {
-                        events,
-                        addresses_purged: expired.len() as u64,
-                        tombstones,
-                    },
-                    woken,
-                ))
+                Ok(SweepReport {
+                    events,
+                    addresses_purged: expired.len() as u64,
+                    tombstones,
+                })
             })
             .await?;
-        let (report, woken) = report;
-        for (id, last) in woken {
-            self.inner.signal.notify(&id, last);
-        }
         self.inner.signal.prune();
         {
             let (window, _) = rate_window(now);

@@ -2,16 +2,15 @@
 
 use crate::domain::Millis;
 use crate::store::rules::rate_window;
+use crate::store::RateLimits;
 use crate::store::StoreResult;
 use crate::SqliteStore;
+use async_trait::async_trait;
 
-impl SqliteStore {
-    /// `Store::hit_rate_limit` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn hit_rate_limit_impl(
-        &self,
-        scope: &str,
-        limit: u64,
-        now: Millis,
+#[async_trait]
+impl RateLimits for SqliteStore {
+    async fn hit_rate_limit(
+        &self, scope: &str, limit: u64, now: Millis,
     ) -> StoreResult<Option<u64>> {
         let (window, retry_after) = rate_window(now);
         let mut windows = self

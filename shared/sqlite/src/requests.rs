@@ -2,9 +2,12 @@
 //! their event in the same transaction that closes the request, and keep the address's
 //! `next_request_expiry` (the earliest open expiry) current.
 
+use crate::store::Requests;
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::append_in_tx;
+use crate::connections::Tx;
 use crate::domain::request::{CommentMode, RequestStatus};
 use crate::domain::{Limits, Millis};
 use crate::rows::*;
@@ -71,10 +74,7 @@ fn refresh_next_expiry(conn: &Connection, address_id: &str) -> StoreResult<()> {
 /// Expires the address's open requests due at `now`, each with its `request.expired` event,
 /// inside the caller's transaction; returns the sequences appended. Stops at a full feed.
 pub(crate) fn expire_in_tx(
-    conn: &Connection,
-    address: &AddressRecord,
-    limits: &Limits,
-    now: Millis,
+    conn: &Tx<'_>, address: &AddressRecord, limits: &Limits, now: Millis,
 ) -> StoreResult<Vec<u64>> {
     let due: Vec<String> = conn
         .prepare_cached(
@@ -108,14 +108,10 @@ pub(crate) fn expire_in_tx(
     Ok(appended)
 }
 
-impl SqliteStore {
-    /// `Store::create_request` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn create_request_impl(
-        &self,
-        id: &str,
-        r: NewRequest,
-        limits: &Limits,
-        now: Millis,
+#[async_trait]
+impl Requests for SqliteStore {
+    async fn create_request(
+        &self, id: &str, r: NewRequest, limits: &Limits, now: Millis,
     ) -> StoreResult<CreatedRequest> {
         let id = id.to_owned();
         let limits = limits.clone();
@@ -133,7 +129,7 @@ impl SqliteStore {
                     .optional()
                     .map_err(sql_err)?;
                 if let Some((request_id, body_hash)) = earlier {
-                    rules::repeated_request_claim(&body_hash, &claim.body_hash)?;
+                    rules::repeated_claim(&body_hash, &claim.body_hash)?;
                     let request = load_request(conn, &request_id)?.ok_or_else(|| {
                         StoreError::Internal(format!("request {request_id} vanished"))
                     })?;
@@ -185,12 +181,8 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::get_request` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn get_request_impl(
-        &self,
-        id: &str,
-        request_id: &str,
-        now: Millis,
+    async fn get_request(
+        &self, id: &str, request_id: &str, now: Millis,
     ) -> StoreResult<RequestRecord> {
         let (id, request_id) = (id.to_owned(), request_id.to_owned());
         self.read(move |conn| {
@@ -203,11 +195,8 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::find_request` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn find_request_impl(
-        &self,
-        request_id: &str,
-        now: Millis,
+    async fn find_request(
+        &self, request_id: &str, now: Millis,
     ) -> StoreResult<Option<RequestRecord>> {
         let request_id = request_id.to_owned();
         self.read(move |conn| {
@@ -222,14 +211,9 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::answer_request` (the trait impl in lib.rs delegates here). The single writer
     /// serialises answers: the first finds the request open, the rest find it answered.
-    pub(crate) async fn answer_request_impl(
-        &self,
-        request_id: &str,
-        answer: Answer,
-        limits: &Limits,
-        now: Millis,
+    async fn answer_request(
+        &self, request_id: &str, answer: Answer, limits: &Limits, now: Millis,
     ) -> StoreResult<AnswerOutcome> {
         let request_id = request_id.to_owned();
         let limits = limits.clone();
@@ -268,21 +252,10 @@ impl SqliteStore {
                 Ok(AnswerOutcome::Answered { request, event })
             })
             .await?;
-        if let AnswerOutcome::Answered { request, event } = &outcome {
-            self.inner
-                .signal
-                .notify(&request.address_id, event.sequence);
-        }
         Ok(outcome)
     }
 
-    /// `Store::expire_requests` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn expire_requests_impl(
-        &self,
-        id: &str,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<u64> {
+    async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
         let owned = id.to_owned();
         let limits = limits.clone();
         let appended = self
@@ -291,9 +264,6 @@ impl SqliteStore {
                 expire_in_tx(conn, &address, &limits, now)
             })
             .await?;
-        if let Some(last) = appended.last() {
-            self.inner.signal.notify(id, *last);
-        }
         Ok(appended.len() as u64)
     }
 }

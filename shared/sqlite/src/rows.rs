@@ -32,7 +32,7 @@ pub(crate) fn i(v: u64) -> i64 {
 pub(crate) const ADDRESS_COLUMNS: &str =
     "id, name, task_id, email, created_at, expires_at, deleted_at, \
      token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry, \
-     verification";
+     verification, hook_types";
 
 pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressRecord> {
     Ok(AddressRecord {
@@ -58,6 +58,12 @@ pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressReco
                     "unreadable verification".into(),
                 )
             })?),
+        },
+        hook_types: match r.get::<_, Option<String>>(14)? {
+            None => Vec::new(),
+            Some(stored) => serde_json::from_str(&stored).map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(14, rusqlite::types::Type::Text, e.into())
+            })?,
         },
     })
 }

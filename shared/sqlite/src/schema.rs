@@ -188,6 +188,38 @@ CREATE TABLE viewer_codes (
 CREATE INDEX viewer_codes_by_address ON viewer_codes(address_id);
 CREATE INDEX viewer_codes_expiry ON viewer_codes(expires_at);
 "#,
+    // 9: wake hooks (docs/API.md §19): a hook's settings, its secret and headers (stored as
+    // given: sending needs them), its delivery state, and `woken_through`, the last event an
+    // append found it woke for (set in the append's transaction), which with the cursor says
+    // whether the wake loop has something to do. The address keeps its active hooks' types.
+    r#"
+ALTER TABLE addresses ADD COLUMN hook_types TEXT;
+CREATE TABLE hooks (
+    id                TEXT NOT NULL UNIQUE,
+    address_id        TEXT NOT NULL,
+    url               TEXT NOT NULL,
+    types             TEXT NOT NULL,
+    format            TEXT NOT NULL,
+    headers           TEXT NOT NULL,
+    secret            TEXT NOT NULL,
+    debounce_seconds  INTEGER NOT NULL,
+    status            TEXT NOT NULL,
+    created_at        INTEGER NOT NULL,
+    delivered_through INTEGER NOT NULL,
+    woken_through     INTEGER NOT NULL,
+    pending_to        INTEGER,
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    not_before        INTEGER,
+    lease_until       INTEGER,
+    last_wake_at      INTEGER,
+    failed_ranges     INTEGER NOT NULL DEFAULT 0,
+    last_error        TEXT,
+    revision          INTEGER NOT NULL
+);
+CREATE INDEX hooks_by_address ON hooks(address_id);
+CREATE INDEX hooks_wanting ON hooks(not_before)
+    WHERE status = 'active' AND (pending_to IS NOT NULL OR woken_through > delivered_through);
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -2,13 +2,16 @@
 //! claimed, finished. Each operation is one transaction of the single writer, so the daily
 //! count is exact however many requests race.
 
+use crate::store::Sends;
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::{append_in_tx, append_over_quota, check_quota};
 use crate::contacts::load_contact;
-use crate::domain::mail_out::{seconds_to_next_day, utc_day, ContactStatus, SendStatus};
+use crate::domain::mail_out::{utc_day, SendStatus};
 use crate::domain::{Limits, Millis};
 use crate::rows::*;
+use crate::store::rules::{self, mail};
 use crate::store::{
     EventRef, NewSend, OutboundMessage, SendOutcome, SendRecord, SendRecorded, StoreError,
     StoreResult,
@@ -55,13 +58,10 @@ fn load_send(conn: &Connection, id: &str, send_id: &str) -> StoreResult<Option<S
     .map_err(sql_err)
 }
 
-impl SqliteStore {
-    pub(crate) async fn record_send_impl(
-        &self,
-        id: &str,
-        send: NewSend,
-        limits: &Limits,
-        now: Millis,
+#[async_trait]
+impl Sends for SqliteStore {
+    async fn record_send(
+        &self, id: &str, send: NewSend, limits: &Limits, now: Millis,
     ) -> StoreResult<SendRecorded> {
         let owned = id.to_owned();
         let limits = limits.clone();
@@ -81,9 +81,7 @@ impl SqliteStore {
                     .optional()
                     .map_err(sql_err)?;
                 if let Some((send_id, body_hash, seq, event_id, status)) = earlier {
-                    if body_hash != send.claim.body_hash {
-                        return Err(StoreError::IdempotencyKeyReused);
-                    }
+                    rules::repeated_claim(&body_hash, &send.claim.body_hash)?;
                     return Ok(SendRecorded {
                         send_id,
                         event: EventRef {
@@ -94,31 +92,21 @@ impl SqliteStore {
                         status: SendStatus::parse(&status).unwrap_or(SendStatus::Failed),
                     });
                 }
-                let confirmed = load_contact(conn, &id, &send.message.to)?
-                    .is_some_and(|c| c.status == ContactStatus::Confirmed);
-                if !confirmed {
-                    return Err(StoreError::ContactNotConfirmed);
-                }
+                mail::send_recipient(load_contact(conn, &id, &send.message.to)?.as_ref())?;
                 let day = utc_day(now);
                 let today: i64 = conn
                     .prepare_cached("SELECT count(*) FROM sends WHERE address_id = ?1 AND day = ?2")
                     .map_err(sql_err)?
                     .query_row(params![id, day], |r| r.get(0))
                     .map_err(sql_err)?;
-                if u(today) >= limits.sends_per_day {
-                    return Err(StoreError::DailyLimit {
-                        retry_after_seconds: seconds_to_next_day(now),
-                    });
-                }
+                mail::daily_sends(u(today), &limits, now)?;
                 // Room for the send and its answer.
                 check_quota(conn, &id, address.last_sequence + 2, &limits, now)?;
                 let event = append_in_tx(conn, &address, &send.event, &limits, now)?;
                 let m = &send.message;
                 let refs = serde_json::to_string(&m.references)
                     .map_err(|e| StoreError::Internal(e.to_string()))?;
-                let expires_at = limits
-                    .event_expiry(now, address.expires_at)
-                    .max((day + 2) * 86_400_000);
+                let expires_at = mail::send_expires_at(&limits, now, address.expires_at);
                 conn.prepare_cached(
                     "INSERT INTO sends (id, address_id, key_hash, body_hash, seq, event_id, day, \
                      recipient, reply_to, subject, text, message_id, in_reply_to, refs, status, \
@@ -153,46 +141,39 @@ impl SqliteStore {
                 })
             })
             .await?;
-        if !recorded.duplicate {
-            self.inner.signal.notify(id, recorded.event.sequence);
-        }
         Ok(recorded)
     }
 
-    /// `Store::claim_send` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn claim_send_impl(
-        &self,
-        id: &str,
-        send_id: &str,
-        lease_until: Millis,
-        now: Millis,
+    async fn claim_send(
+        &self, id: &str, send_id: &str, lease_until: Millis, now: Millis,
     ) -> StoreResult<Option<SendRecord>> {
         let (id, send_id) = (id.to_owned(), send_id.to_owned());
         self.write(move |conn| {
             live_address(conn, &id, now)?;
-            let claimed = conn
-                .prepare_cached(
-                    "UPDATE sends SET attempts = attempts + 1, lease_until = ?3 \
-                     WHERE id = ?1 AND address_id = ?2 AND status = 'pending' \
-                     AND coalesce(next_attempt_at, 0) <= ?4 AND coalesce(lease_until, 0) <= ?4",
-                )
-                .map_err(sql_err)?
-                .execute(params![send_id, id, lease_until, now])
-                .map_err(sql_err)?;
-            if claimed == 0 {
+            let Some(send) = load_send(conn, &id, &send_id)? else {
+                return Ok(None);
+            };
+            if !mail::claimable(&send, now) {
                 return Ok(None);
             }
-            load_send(conn, &id, &send_id)
+            conn.prepare_cached(
+                "UPDATE sends SET attempts = attempts + 1, lease_until = ?3 \
+                 WHERE id = ?1 AND address_id = ?2",
+            )
+            .map_err(sql_err)?
+            .execute(params![send_id, id, lease_until])
+            .map_err(sql_err)?;
+            Ok(Some(SendRecord {
+                attempts: send.attempts.saturating_add(1),
+                lease_until: Some(lease_until),
+                ..send
+            }))
         })
         .await
     }
 
-    /// `Store::get_send` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn get_send_impl(
-        &self,
-        id: &str,
-        send_id: &str,
-        now: Millis,
+    async fn get_send(
+        &self, id: &str, send_id: &str, now: Millis,
     ) -> StoreResult<Option<SendRecord>> {
         let (id, send_id) = (id.to_owned(), send_id.to_owned());
         self.read(move |conn| {
@@ -202,67 +183,51 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::finish_send` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn finish_send_impl(
-        &self,
-        id: &str,
-        send_id: &str,
-        outcome: SendOutcome,
-        limits: &Limits,
-        now: Millis,
+    async fn finish_send(
+        &self, id: &str, send_id: &str, outcome: SendOutcome, limits: &Limits, now: Millis,
     ) -> StoreResult<()> {
         let (owned, send_id) = (id.to_owned(), send_id.to_owned());
         let limits = limits.clone();
-        let appended = self
-            .write(move |conn| {
-                let id = owned;
-                let address = live_address(conn, &id, now)?;
-                let pending = load_send(conn, &id, &send_id)?
-                    .is_some_and(|s| s.status == SendStatus::Pending);
-                if !pending {
-                    return Ok(None);
-                }
-                let update = |status: &str, next: Option<Millis>, error: Option<&str>| {
-                    conn.prepare_cached(
-                        "UPDATE sends SET status = ?3, next_attempt_at = ?4, lease_until = NULL, \
+        self.write(move |conn| {
+            let id = owned;
+            let address = live_address(conn, &id, now)?;
+            let pending =
+                load_send(conn, &id, &send_id)?.is_some_and(|s| s.status == SendStatus::Pending);
+            if !pending {
+                return Ok(());
+            }
+            let update = |status: &str, next: Option<Millis>, error: Option<&str>| {
+                conn.prepare_cached(
+                    "UPDATE sends SET status = ?3, next_attempt_at = ?4, lease_until = NULL, \
                          last_error = coalesce(?5, last_error) WHERE id = ?1 AND address_id = ?2",
-                    )
-                    .map_err(sql_err)?
-                    .execute(params![send_id, id, status, next, error])
-                    .map_err(sql_err)
-                };
-                match outcome {
-                    SendOutcome::Sent => {
-                        update("sent", None, None)?;
-                        Ok(None)
-                    }
-                    SendOutcome::Retry {
-                        next_attempt_at,
-                        error,
-                    } => {
-                        update("pending", Some(next_attempt_at), Some(&error))?;
-                        Ok(None)
-                    }
-                    SendOutcome::Failed { error, event } => {
-                        update("failed", None, Some(&error))?;
-                        let e = append_over_quota(conn, &address, &event, &limits, now)?;
-                        Ok(Some(e.sequence))
-                    }
+                )
+                .map_err(sql_err)?
+                .execute(params![send_id, id, status, next, error])
+                .map_err(sql_err)
+            };
+            match outcome {
+                SendOutcome::Sent => {
+                    update("sent", None, None)?;
+                    Ok(())
                 }
-            })
-            .await?;
-        if let Some(seq) = appended {
-            self.inner.signal.notify(id, seq);
-        }
-        Ok(())
+                SendOutcome::Retry {
+                    next_attempt_at,
+                    error,
+                } => {
+                    update("pending", Some(next_attempt_at), Some(&error))?;
+                    Ok(())
+                }
+                SendOutcome::Failed { error, event } => {
+                    update("failed", None, Some(&error))?;
+                    append_over_quota(conn, &address, &event, &limits, now)?;
+                    Ok(())
+                }
+            }
+        })
+        .await
     }
 
-    /// `Store::due_sends` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn due_sends_impl(
-        &self,
-        now: Millis,
-        limit: usize,
-    ) -> StoreResult<Vec<(String, String)>> {
+    async fn due_sends(&self, now: Millis, limit: usize) -> StoreResult<Vec<(String, String)>> {
         self.read(move |conn| {
             conn.prepare_cached(
                 "SELECT s.address_id, s.id FROM sends s JOIN addresses a ON a.id = s.address_id \

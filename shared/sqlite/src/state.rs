@@ -1,6 +1,8 @@
 //! Durable state: listing, reading, writing and deleting keys. Writes and deletes append their
 //! feed event in the same transaction.
 
+use crate::store::States;
+use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::append::append_in_tx;
@@ -13,9 +15,7 @@ use crate::store::{
 use crate::SqliteStore;
 
 fn current_state(
-    conn: &Connection,
-    address_id: &str,
-    key: &str,
+    conn: &Connection, address_id: &str, key: &str,
 ) -> StoreResult<Option<(u64, u64)>> {
     conn.prepare_cached("SELECT revision, size FROM state WHERE address_id = ?1 AND key = ?2")
         .map_err(sql_err)?
@@ -26,9 +26,9 @@ fn current_state(
         .map_err(sql_err)
 }
 
-impl SqliteStore {
-    /// `Store::list_state` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn list_state_impl(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
+#[async_trait]
+impl States for SqliteStore {
+    async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
         let id = id.to_owned();
         self.read(move |conn| {
             let a = live_address(conn, &id, now)?;
@@ -59,13 +59,7 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::get_state` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn get_state_impl(
-        &self,
-        id: &str,
-        key: &str,
-        now: Millis,
-    ) -> StoreResult<StateEntry> {
+    async fn get_state(&self, id: &str, key: &str, now: Millis) -> StoreResult<StateEntry> {
         let id = id.to_owned();
         let key = key.to_owned();
         self.read(move |conn| {
@@ -90,20 +84,13 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::put_state` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn put_state_impl(
-        &self,
-        id: &str,
-        key: &str,
-        value: String,
-        expected: Option<u64>,
-        limits: &Limits,
+    async fn put_state(
+        &self, id: &str, key: &str, value: String, expected: Option<u64>, limits: &Limits,
         now: Millis,
     ) -> StoreResult<StateWritten> {
         let id = id.to_owned();
         let key = key.to_owned();
         let limits = limits.clone();
-        let address_id = id.clone();
         let written = self
             .write(move |conn| {
                 let address = live_address(conn, &id, now)?;
@@ -145,25 +132,15 @@ impl SqliteStore {
                 })
             })
             .await?;
-        self.inner
-            .signal
-            .notify(&address_id, written.event.sequence);
         Ok(written)
     }
 
-    /// `Store::delete_state` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn delete_state_impl(
-        &self,
-        id: &str,
-        key: &str,
-        expected: Option<u64>,
-        limits: &Limits,
-        now: Millis,
+    async fn delete_state(
+        &self, id: &str, key: &str, expected: Option<u64>, limits: &Limits, now: Millis,
     ) -> StoreResult<StateDeleted> {
         let id = id.to_owned();
         let key = key.to_owned();
         let limits = limits.clone();
-        let address_id = id.clone();
         let deleted = self
             .write(move |conn| {
                 let address = live_address(conn, &id, now)?;
@@ -192,9 +169,6 @@ impl SqliteStore {
                 })
             })
             .await?;
-        self.inner
-            .signal
-            .notify(&address_id, deleted.event.sequence);
         Ok(deleted)
     }
 }

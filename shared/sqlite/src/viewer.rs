@@ -4,6 +4,8 @@
 //! redeems one finds it); the sweep removes codes past their expiry, and deleting or purging
 //! the address removes its codes.
 
+use crate::store::ViewerCodes;
+use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
 use crate::domain::Millis;
@@ -11,13 +13,10 @@ use crate::rows::{live_address, sql_err};
 use crate::store::{NewViewerCode, RedeemedViewerCode, StoreError, StoreResult};
 use crate::SqliteStore;
 
-impl SqliteStore {
-    /// `Store::create_viewer_code` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn create_viewer_code_impl(
-        &self,
-        id: &str,
-        code: NewViewerCode,
-        now: Millis,
+#[async_trait]
+impl ViewerCodes for SqliteStore {
+    async fn create_viewer_code(
+        &self, id: &str, code: NewViewerCode, now: Millis,
     ) -> StoreResult<()> {
         let id = id.to_owned();
         self.write(move |conn| {
@@ -47,11 +46,8 @@ impl SqliteStore {
         .await
     }
 
-    /// `Store::redeem_viewer_code` (the trait impl in lib.rs delegates here).
-    pub(crate) async fn redeem_viewer_code_impl(
-        &self,
-        code_hash: &str,
-        now: Millis,
+    async fn redeem_viewer_code(
+        &self, code_hash: &str, now: Millis,
     ) -> StoreResult<Option<RedeemedViewerCode>> {
         let code_hash = code_hash.to_owned();
         self.write(move |conn| {

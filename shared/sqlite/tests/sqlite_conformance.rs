@@ -35,6 +35,13 @@ mod memory {
             SqliteStore::open_in_memory().expect("open in-memory SQLite")
         ));
     }
+
+    mod hooks {
+        use super::*;
+        agentaddress_core::store_hook_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -66,12 +73,16 @@ mod file {
     mod viewer {
         agentaddress_core::store_viewer_conformance_tests!(super::open());
     }
+
+    mod hooks {
+        agentaddress_core::store_hook_conformance_tests!(super::open());
+    }
 }
 
 /// Behaviour of the SQLite file itself: persistence across reopening, migrations, WAL.
 mod file_specific {
     use agentaddress_core::domain::{ids, Ingress, Limits};
-    use agentaddress_core::store::{NewAddress, NewEvent, Store, StoreError};
+    use agentaddress_core::store::{prelude::*, NewAddress, NewEvent, StoreError};
     use agentaddress_sqlite::{SqliteStore, Synchronous};
 
     const T0: i64 = 1_800_000_000_000;
@@ -87,6 +98,7 @@ mod file_specific {
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
             verification: None,
+            hooks: Vec::new(),
         }
     }
 
@@ -135,7 +147,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 8));
+        assert_eq!((mode.as_str(), version), ("wal", 9));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -251,7 +263,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 8);
+        assert_eq!(version, 9);
     }
 
     #[tokio::test]

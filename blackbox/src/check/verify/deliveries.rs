@@ -149,10 +149,7 @@ impl Verifier<'_> {
     }
 
     pub(super) fn deliveries(
-        &mut self,
-        a: usize,
-        ops: &[usize],
-        feed: &BTreeMap<u64, (usize, &Value)>,
+        &mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>,
     ) {
         let h = self.h;
         let addr = Some(a);

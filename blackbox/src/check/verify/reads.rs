@@ -49,14 +49,8 @@ impl Verifier<'_> {
     /// answered 2xx before they were sent.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn reads(
-        &mut self,
-        a: usize,
-        ops: &[usize],
-        feed: &BTreeMap<u64, (usize, &Value)>,
-        ids: &HashMap<&str, u64>,
-        replay: &Replay,
-        answered: &Answered,
-        last: u64,
+        &mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>,
+        ids: &HashMap<&str, u64>, replay: &Replay, answered: &Answered, last: u64,
     ) {
         let h = self.h;
         let addr = Some(a);

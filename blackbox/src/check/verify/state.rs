@@ -20,12 +20,8 @@ fn entry_size(key: &str, value: &Value) -> u64 {
 
 impl Verifier<'_> {
     pub(super) fn replay(
-        &mut self,
-        a: usize,
-        ops: &[usize],
-        feed: &BTreeMap<u64, (usize, &Value)>,
-        claims: &HashMap<u64, Vec<usize>>,
-        last: u64,
+        &mut self, a: usize, ops: &[usize], feed: &BTreeMap<u64, (usize, &Value)>,
+        claims: &HashMap<u64, Vec<usize>>, last: u64,
     ) -> Replay {
         let h = self.h;
         let addr = Some(a);
@@ -201,12 +197,7 @@ impl Verifier<'_> {
     }
 
     pub(super) fn final_state(
-        &mut self,
-        a: usize,
-        ops: &[usize],
-        replay: &Replay,
-        usage: Option<&Value>,
-        last: u64,
+        &mut self, a: usize, ops: &[usize], replay: &Replay, usage: Option<&Value>, last: u64,
     ) {
         let h = self.h;
         let addr = Some(a);

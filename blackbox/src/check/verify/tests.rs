@@ -80,6 +80,7 @@ impl B {
                 limits: json!({"max_retained_events": 1000, "event_retention_seconds": 2_592_000}),
                 addresses: vec!["addr_one".into()],
                 ops: Vec::new(),
+                wakes: None,
             },
             t: 0,
         }
@@ -770,4 +771,38 @@ fn a_wrong_verification_on_an_event_is_reported() {
     event["verification"] = verification(true);
     b.poll(1, 5, vec![event]);
     assert_reports(&b.h, "unexpected_response");
+}
+
+/// A wake of `addr_one` covering `from..=to`.
+fn wake(from: u64, to: u64, signed: bool) -> crate::check::history::WakeSeen {
+    crate::check::history::WakeSeen {
+        address_id: "addr_one".into(),
+        webhook_id: format!("hk_x_{to}"),
+        from,
+        to,
+        signed,
+    }
+}
+
+#[test]
+fn every_delivery_must_be_covered_by_a_signed_wake_within_the_feed() {
+    let mut b = consistent();
+    // Wakes not checked: nothing to say.
+    assert_eq!(verify(&b.h), Vec::<Anomaly>::new());
+    // Checked, and the delivery at 3 was never woken for (a wake of 1..=2 does not cover it).
+    b.h.wakes = Some(vec![wake(1, 2, true)]);
+    assert_eq!(kinds(&verify(&b.h)), vec!["unwoken_event"]);
+    // Covered by a range that ends past it: consistent.
+    b.h.wakes = Some(vec![wake(1, 2, true), wake(3, 5, true)]);
+    assert_eq!(verify(&b.h), Vec::<Anomaly>::new());
+    // A wake that does not verify, and one past the feed's end.
+    b.h.wakes = Some(vec![wake(1, 5, false)]);
+    assert_eq!(kinds(&verify(&b.h)), vec!["unsigned_wake"]);
+    b.h.wakes = Some(vec![wake(1, 6, true)]);
+    assert_eq!(kinds(&verify(&b.h)), vec!["wake_beyond_feed"]);
+    // Another address's wakes cover nothing here.
+    let mut other = wake(1, 5, true);
+    other.address_id = "addr_two".into();
+    b.h.wakes = Some(vec![other]);
+    assert_eq!(kinds(&verify(&b.h)), vec!["unwoken_event"]);
 }

@@ -32,6 +32,23 @@ impl JsonRequest for CreateAddressRequest {
     }
 }
 
+/// The create answer's hooks: as the store made them, active with their cursor at 0.
+fn made_hooks(
+    address_id: &str, hooks: &[crate::store::NewHook], now: crate::domain::Millis,
+) -> Vec<HookCreated> {
+    hooks
+        .iter()
+        .map(|h| {
+            super::hooks::created(&crate::store::HookRecord::new(
+                address_id,
+                h.clone(),
+                0,
+                now,
+            ))
+        })
+        .collect()
+}
+
 fn root_url(base: &str, address_id: &str) -> String {
     format!("{base}/api/v1/addresses/{address_id}")
 }
@@ -46,10 +63,7 @@ fn root_url(base: &str, address_id: &str) -> String {
     )
 )]
 pub async fn create_address(
-    State(state): State<AppState>,
-    Now(now): Now,
-    parts: Parts,
-    body: Body,
+    State(state): State<AppState>, Now(now): Now, parts: Parts, body: Body,
 ) -> ApiResult {
     let limits = &state.config.limits;
     // One client is an IPv4 address or an IPv6 /64 (docs/API.md §6).
@@ -68,7 +82,10 @@ pub async fn create_address(
         task_id,
         expires_in_seconds: expires_in,
         verification,
+        hooks,
     } = body.value;
+    // Each hook's URL checked before anything is stored (docs/API.md §19).
+    let hooks = super::hooks::new_hooks(&state, hooks.unwrap_or_default()).await?;
 
     let read_token = ids::new_read_token();
     let inbox_secret = ids::new_inbox_secret();
@@ -76,7 +93,7 @@ pub async fn create_address(
     // astronomically unlikely with 128 random bits; it gets a fresh id, a few times at most.
     let mut attempt = 0;
     let new = loop {
-        let id = ids::new_address_id();
+        let id = (state.address_ids)();
         let new = NewAddress {
             email: format!("{id}@{}", state.config.email_domain),
             id,
@@ -87,6 +104,7 @@ pub async fn create_address(
             token_hash: ids::hash_secret(&read_token),
             inbox_hash: ids::hash_secret(&inbox_secret),
             verification: verification.clone(),
+            hooks: hooks.clone(),
         };
         match state.store.create_address(new.clone()).await {
             Ok(()) => break new,
@@ -121,6 +139,7 @@ pub async fn create_address(
                 state_url: format!("{root}/state"),
                 ws_url: state.ws.as_ref().map(|ws| ws.url(&base)),
             },
+            hooks: made_hooks(&id, &new.hooks, now),
         },
     ))
 }
@@ -174,8 +193,7 @@ pub async fn inspect_address(
     )
 )]
 pub async fn delete_address(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
 ) -> ApiResult {
@@ -210,8 +228,7 @@ impl ParseBody for VerificationRequest {
     )
 )]
 pub async fn set_verification(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     JsonBody {
@@ -241,8 +258,7 @@ pub async fn set_verification(
     )
 )]
 pub async fn delete_verification(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
 ) -> ApiResult {

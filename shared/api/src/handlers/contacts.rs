@@ -19,7 +19,6 @@ use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Ingress, Millis};
 use crate::dto::{ErrorBody, EventRefView};
 use crate::extract::*;
-use crate::handlers::person_requests::expire_due;
 use crate::inputs::{ContactBody, SendBody};
 use crate::relay::{Mail, RelayError};
 use crate::send_delivery::{clean_error, Outbound};
@@ -171,8 +170,7 @@ fn contact_not_found(e: StoreError) -> ApiError {
     )
 )]
 pub async fn list_contacts(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
 ) -> ApiResult {
@@ -208,8 +206,7 @@ pub async fn add_contact(
         address,
         now,
     }: Authenticated,
-    Client(client): Client,
-    Sender(outbound): Sender,
+    Client(client): Client, Sender(outbound): Sender,
     JsonBody {
         value: ContactBody { email, code },
         ..
@@ -281,9 +278,7 @@ pub async fn add_contact(
 }
 
 fn contact_answer(
-    status: StatusCode,
-    c: &ContactRecord,
-    code_expires_at: Option<Millis>,
+    status: StatusCode, c: &ContactRecord, code_expires_at: Option<Millis>,
 ) -> Response {
     json_response(
         status,
@@ -297,12 +292,7 @@ fn contact_answer(
 /// The code mail: nothing in it is the agent's own text (the address is a random id), so it
 /// cannot be used to send anything else.
 fn code_mail(
-    outbound: &Outbound,
-    address_email: &str,
-    to: &str,
-    code: &str,
-    per_day: u64,
-    now: Millis,
+    outbound: &Outbound, address_email: &str, to: &str, code: &str, per_day: u64, now: Millis,
 ) -> Mail {
     let id = mail_out::new_send_id().replacen(mail_out::SEND_PREFIX, "code_", 1);
     let minutes = CODE_VALID_MS / 60_000;
@@ -345,14 +335,12 @@ fn code_mail(
 )]
 pub async fn send_email(
     State(state): State<AppState>,
-    Authenticated {
+    Current(Authenticated {
         address_id,
         address,
         now,
-    }: Authenticated,
-    Sender(outbound): Sender,
-    SendKey(key): SendKey,
-    JsonBody { value, bytes }: JsonBody<SendBody>,
+    }): Current,
+    Sender(outbound): Sender, SendKey(key): SendKey, JsonBody { value, bytes }: JsonBody<SendBody>,
 ) -> ApiResult {
     let SendBody {
         to,
@@ -360,7 +348,6 @@ pub async fn send_email(
         text,
         reply_to_event_id,
     } = value;
-    expire_due(&state, &address, now).await?;
     let (subject, in_reply_to, references) = match reply_to_event_id {
         None => (subject, None, Vec::new()),
         Some(event_id) => {
@@ -450,10 +437,7 @@ pub async fn send_email(
 /// The threading of a reply to event `event_id`: it must be an `email.received` event of this
 /// address (404 when there is no such event, 400 when it is another kind).
 async fn replied_email(
-    state: &AppState,
-    address_id: &str,
-    event_id: &str,
-    now: Millis,
+    state: &AppState, address_id: &str, event_id: &str, now: Millis,
 ) -> Result<(Option<String>, Vec<String>), ApiError> {
     let not_found = || {
         ApiError::not_found(format!(

@@ -135,11 +135,7 @@ fn inbound_query(uri: &Uri, max_recipients: u64) -> Result<(Vec<String>, String)
     )
 )]
 pub async fn inbound_email(
-    State(state): State<AppState>,
-    Now(now): Now,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    State(state): State<AppState>, Now(now): Now, uri: Uri, headers: HeaderMap, body: Body,
 ) -> ApiResult {
     let Some(secret_hash) = state.config.email_ingest_secret_hash.as_deref() else {
         return Err(ApiError::not_found(
@@ -191,13 +187,8 @@ pub async fn inbound_email(
 /// Other` to the short-lived link it gives, which answers the same content type and disposition
 /// (or, without `redirect`, a [`DownloadLinkView`] naming it).
 async fn download(
-    state: &AppState,
-    redirect: bool,
-    address_id: &str,
-    email_id: &str,
-    content_type: &str,
-    filename: &str,
-    bytes: Vec<u8>,
+    state: &AppState, redirect: bool, address_id: &str, email_id: &str, content_type: &str,
+    filename: &str, bytes: Vec<u8>,
 ) -> ApiResult {
     let content_type = HeaderValue::from_str(content_type)
         .unwrap_or(HeaderValue::from_static("application/octet-stream"));
@@ -324,13 +315,10 @@ fn safe_content_type(declared: &str) -> String {
     )
 )]
 pub async fn get_attachment(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
-    EventId(event_id): EventId,
-    AttachmentId(attachment_id): AttachmentId,
-    uri: Uri,
+    EventId(event_id): EventId, AttachmentId(attachment_id): AttachmentId, uri: Uri,
 ) -> ApiResult {
     let redirect = redirect_param(&uri)?;
     let stored = state
@@ -371,12 +359,10 @@ pub async fn get_attachment(
     )
 )]
 pub async fn get_raw_email(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
-    EventId(event_id): EventId,
-    uri: Uri,
+    EventId(event_id): EventId, uri: Uri,
 ) -> ApiResult {
     let redirect = redirect_param(&uri)?;
     let stored = state
@@ -406,10 +392,7 @@ impl JsonRequest for ReplayEmailRequest {
 
 /// The answer to a replay of a message this address already has: its event, as a duplicate.
 async fn delivered(
-    state: &AppState,
-    address_id: &str,
-    email_id: &str,
-    now: crate::domain::Millis,
+    state: &AppState, address_id: &str, email_id: &str, now: crate::domain::Millis,
 ) -> Result<Option<axum::response::Response>, ApiError> {
     match state.store.email_by_id(address_id, email_id, now).await {
         Ok(stored) => Ok(Some(json_response(
@@ -438,8 +421,7 @@ async fn delivered(
     )
 )]
 pub async fn replay_email(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     JsonBody { value: request, .. }: JsonBody<ReplayEmailRequest>,

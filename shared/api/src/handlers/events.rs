@@ -12,7 +12,6 @@ use crate::domain::time::format_rfc3339;
 use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
-use crate::handlers::person_requests::expire_due;
 use crate::inputs::*;
 use crate::page_budget::{self, Charge, MEMORY_WAIT};
 use crate::{json_response, ApiError, AppState, JSON_CONTENT_TYPE};
@@ -35,22 +34,19 @@ pub(crate) const EXPIRY_RECHECK: Duration = Duration::from_millis(100);
     )
 )]
 pub async fn list_events(
-    State(state): State<AppState>,
-    Arrived(arrived): Arrived,
-    Authenticated {
+    State(state): State<AppState>, Arrived(arrived): Arrived,
+    Current(Authenticated {
         address_id,
         address,
         now,
-    }: Authenticated,
-    Client(client): Client,
-    uri: Uri,
+    }): Current,
+    Client(client): Client, uri: Uri,
 ) -> ApiResult {
     let limits = &state.config.limits;
     charge_poll(&state, &address_id, now).await?;
     let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
-    // Requests for a person that expired get their event before the feed is read, and a wait
-    // ends by the next expiry (docs/API.md §12).
-    expire_due(&state, &address, now).await?;
+    // Requests for a person that expired got their event before the feed is read (Current),
+    // and a wait ends by the next expiry (docs/API.md §12).
     let next_expiry = address.next_request_expiry.filter(|t| *t > now);
     // The request's URI and the address are not needed while waiting: a long poll holds only
     // what it needs for its whole wait.
@@ -88,9 +84,7 @@ pub async fn list_events(
 /// Counts one poll of address `id` against the poll rate limit (docs/API.md §6): a feed read
 /// and an event stream (§14) each count once, however long they wait.
 pub(crate) async fn charge_poll(
-    state: &AppState,
-    id: &str,
-    now: crate::domain::Millis,
+    state: &AppState, id: &str, now: crate::domain::Millis,
 ) -> Result<(), ApiError> {
     let per_minute = state.config.limits.polls_per_minute;
     match state
@@ -110,11 +104,7 @@ pub(crate) async fn charge_poll(
 /// next event waits [`MEMORY_WAIT`] for it, then answers 503 `unavailable`
 /// (`crate::page_budget`).
 async fn long_poll(
-    state: &AppState,
-    client: &str,
-    address_id: &str,
-    q: &FeedQuery,
-    deadline: Instant,
+    state: &AppState, client: &str, address_id: &str, q: &FeedQuery, deadline: Instant,
     request_expiry: Option<crate::domain::Millis>,
 ) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
     let store = &state.store;
@@ -222,8 +212,7 @@ async fn long_poll(
     )
 )]
 pub async fn get_event(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     EventId(event_id): EventId,
@@ -248,8 +237,7 @@ pub async fn get_event(
     )
 )]
 pub async fn ack_event(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     EventId(event_id): EventId,

@@ -8,8 +8,8 @@ use crate::domain::delivery::{self, Delivery};
 use crate::domain::{ids, Ingress};
 use crate::dto::*;
 use crate::error::ApiResult;
+use crate::extract::expire_due;
 use crate::extract::*;
-use crate::handlers::person_requests::expire_due;
 use crate::store::{IdempotencyClaim, NewEvent, StoreError};
 use crate::{json_response, ApiError, AppState};
 
@@ -29,10 +29,8 @@ use crate::{json_response, ApiError, AppState};
 )]
 pub async fn deliver(
     State(state): State<AppState>,
-    PathParams((address_id, inbox_secret)): PathParams<(String, String)>,
-    Now(now): Now,
-    headers: HeaderMap,
-    body: Body,
+    PathParams((address_id, inbox_secret)): PathParams<(String, String)>, Now(now): Now,
+    headers: HeaderMap, body: Body,
 ) -> ApiResult {
     let unknown = || ApiError::not_found("No such inbox.");
     if !ids::is_valid_id(&address_id) || !ids::is_valid_id(&inbox_secret) {

@@ -5,6 +5,7 @@ mod addresses;
 mod contacts;
 mod email;
 pub(crate) mod events;
+pub(crate) mod hooks;
 mod inbox;
 #[cfg(test)]
 mod order_tests;
@@ -16,6 +17,7 @@ mod viewer;
 pub use addresses::*;
 pub use contacts::*;
 pub use events::*;
+pub use hooks::*;
 pub use inbox::*;
 pub use service::*;
 pub use state::*;

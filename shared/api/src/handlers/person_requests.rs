@@ -109,12 +109,10 @@ fn request_url(state: &AppState, headers: &HeaderMap, request_id: &str, secret: 
     )
 )]
 pub async fn create_request(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
-    headers: HeaderMap,
-    IdempotencyKey(claim_key): IdempotencyKey,
+    headers: HeaderMap, IdempotencyKey(claim_key): IdempotencyKey,
     JsonBody { value, bytes }: JsonBody<CreateRequestBody>,
 ) -> ApiResult {
     let token = bearer_token(&headers)
@@ -192,14 +190,13 @@ pub async fn create_request(
 )]
 pub async fn get_request(
     State(state): State<AppState>,
-    Authenticated {
+    Current(Authenticated {
         address_id,
-        address,
+        address: _,
         now,
-    }: Authenticated,
+    }): Current,
     RequestId(request_id): RequestId,
 ) -> ApiResult {
-    expire_due(&state, &address, now).await?;
     let r = state
         .store
         .get_request(&address_id, &request_id, now)
@@ -216,19 +213,6 @@ pub async fn get_request(
     ))
 }
 
-/// Appends the `request.expired` events that are due (docs/API.md §12) before a read shows the
-/// feed or a request, or anything is appended: `address` is the record authentication loaded.
-pub async fn expire_due(
-    state: &AppState,
-    address: &crate::store::AddressRecord,
-    now: Millis,
-) -> Result<(), ApiError> {
-    Ok(state
-        .store
-        .expire_due(address, &state.config.limits, now)
-        .await?)
-}
-
 /// A client that names JSON and not HTML in `Accept` (an API client, not a browser).
 fn accepts_only_json(headers: &HeaderMap) -> bool {
     let accept = headers
@@ -242,10 +226,7 @@ fn accepts_only_json(headers: &HeaderMap) -> bool {
 /// The request behind a page URL, when the secret is its own; else `None` (a plain 404, the
 /// same for an unknown request, a wrong secret and a gone address).
 async fn request_of_page(
-    state: &AppState,
-    request_id: &str,
-    secret: &str,
-    now: Millis,
+    state: &AppState, request_id: &str, secret: &str, now: Millis,
 ) -> Result<Option<RequestRecord>, ApiError> {
     if !ids::is_valid_id(request_id) || !ids::is_valid_id(secret) {
         return Ok(None);
@@ -269,10 +250,8 @@ async fn request_of_page(
     )
 )]
 pub async fn request_page(
-    State(state): State<AppState>,
-    PathParams((request_id, secret)): PathParams<(String, String)>,
-    Now(now): Now,
-    headers: HeaderMap,
+    State(state): State<AppState>, PathParams((request_id, secret)): PathParams<(String, String)>,
+    Now(now): Now, headers: HeaderMap,
 ) -> ApiResult {
     let Some(r) = request_of_page(&state, &request_id, &secret, now).await? else {
         return Ok(if accepts_only_json(&headers) {
@@ -313,11 +292,8 @@ async fn asker(state: &AppState, r: &RequestRecord, now: Millis) -> Option<Strin
     )
 )]
 pub async fn answer_request(
-    State(state): State<AppState>,
-    PathParams((request_id, secret)): PathParams<(String, String)>,
-    Now(now): Now,
-    headers: HeaderMap,
-    body: Body,
+    State(state): State<AppState>, PathParams((request_id, secret)): PathParams<(String, String)>,
+    Now(now): Now, headers: HeaderMap, body: Body,
 ) -> ApiResult {
     let json = headers
         .get(header::CONTENT_TYPE)

@@ -8,7 +8,6 @@ use crate::domain::time::format_rfc3339;
 use crate::dto::*;
 use crate::error::ApiResult;
 use crate::extract::*;
-use crate::handlers::person_requests::expire_due;
 use crate::inputs::*;
 use crate::{json_response, ApiError, AppState};
 
@@ -22,8 +21,7 @@ use crate::{json_response, ApiError, AppState};
     )
 )]
 pub async fn list_state(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
 ) -> ApiResult {
@@ -59,8 +57,7 @@ pub async fn list_state(
     )
 )]
 pub async fn get_state(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     StateKey(key): StateKey,
@@ -102,13 +99,12 @@ impl JsonRequest for PutStateRequest {
 )]
 pub async fn put_state(
     State(state): State<AppState>,
-    Authenticated {
+    Current(Authenticated {
         address_id,
-        address,
+        address: _,
         now,
-    }: Authenticated,
-    StateKey(key): StateKey,
-    headers: HeaderMap,
+    }): Current,
+    StateKey(key): StateKey, headers: HeaderMap,
     JsonBody { value: request, .. }: JsonBody<PutStateRequest>,
 ) -> ApiResult {
     let limits = &state.config.limits;
@@ -121,7 +117,6 @@ pub async fn put_state(
             limits.max_state_bytes
         )));
     }
-    expire_due(&state, &address, now).await?;
     let written = state
         .store
         .put_state(&address_id, &key, compact, expected, limits, now)
@@ -154,18 +149,15 @@ pub async fn put_state(
 )]
 pub async fn delete_state(
     State(state): State<AppState>,
-    Authenticated {
+    Current(Authenticated {
         address_id,
-        address,
+        address: _,
         now,
-    }: Authenticated,
-    StateKey(key): StateKey,
-    headers: HeaderMap,
-    uri: Uri,
+    }): Current,
+    StateKey(key): StateKey, headers: HeaderMap, uri: Uri,
 ) -> ApiResult {
     let params = parse_fields::<DeleteStateParams>(query_fields(uri.query())?)?;
     let expected = expected_revision(&headers, params.if_revision)?;
-    expire_due(&state, &address, now).await?;
     let deleted = state
         .store
         .delete_state(&address_id, &key, expected, &state.config.limits, now)

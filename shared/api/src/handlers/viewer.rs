@@ -80,8 +80,7 @@ fn no_store(mut response: Response) -> Response {
     )
 )]
 pub async fn create_viewer_code(
-    State(state): State<AppState>,
-    Authenticated {
+    State(state): State<AppState>, Authenticated {
         address_id, now, ..
     }: Authenticated,
     headers: HeaderMap,
@@ -138,10 +137,7 @@ pub async fn create_viewer_code(
     )
 )]
 pub async fn redeem_viewer_code(
-    State(state): State<AppState>,
-    Now(now): Now,
-    parts: Parts,
-    body: Body,
+    State(state): State<AppState>, Now(now): Now, parts: Parts, body: Body,
 ) -> ApiResult {
     // Every attempt counts, right or wrong: codes cannot be guessed at speed (docs/API.md §13).
     let client = client_key(&parts);

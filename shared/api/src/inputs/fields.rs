@@ -29,9 +29,7 @@ pub(super) fn label<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D
 /// An optional integer field of a JSON body within `min..=max` (docs/API.md, "Create.": any
 /// JSON number with an integral value).
 pub(super) fn body_integer<'de, D: Deserializer<'de>>(
-    d: D,
-    min: u64,
-    max: u64,
+    d: D, min: u64, max: u64,
 ) -> Result<Option<u64>, D::Error> {
     // The rule is `crate::numbers::optional_integer`'s, applied to this one field.
     let mut one = Map::new();
@@ -77,8 +75,7 @@ pub(super) fn query_text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::E
 }
 
 pub(super) fn count_or<'de, D: Deserializer<'de>>(
-    d: D,
-    message: &str,
+    d: D, message: &str,
 ) -> Result<Option<u64>, D::Error> {
     let text = query_text(d)?;
     crate::numbers::parse_count(&text)
@@ -135,8 +132,7 @@ pub(super) fn email_id_schema() -> Object {
 
 /// A string of 1..=`max` characters without control or bidirectional formatting characters.
 pub(super) fn bounded_text<'de, D: Deserializer<'de>>(
-    d: D,
-    max: usize,
+    d: D, max: usize,
 ) -> Result<String, D::Error> {
     match Value::deserialize(d)? {
         Value::String(s) => {
@@ -160,8 +156,7 @@ pub(super) fn request_title<'de, D: Deserializer<'de>>(d: D) -> Result<String, D
 /// Free text of up to `max` characters (a request's Markdown body, a person's comment): line
 /// breaks and tabs are allowed, other control characters are not; `null` is absent.
 pub(super) fn multiline_text<'de, D: Deserializer<'de>>(
-    d: D,
-    max: usize,
+    d: D, max: usize,
 ) -> Result<Option<String>, D::Error> {
     match Value::deserialize(d)? {
         Value::Null => Ok(None),

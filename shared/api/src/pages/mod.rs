@@ -217,8 +217,7 @@ pub fn discovery(state: &AppState, base: &str) -> Discovery {
     responses((status = 200, description = "Where everything is: the API's root, the documents, the limits and the features of this server", body = Discovery))
 )]
 pub async fn well_known(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    State(state): State<AppState>, headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let base = base_url(&state, &headers);
     let body = serde_json::to_vec_pretty(&discovery(&state, &base))
@@ -231,8 +230,7 @@ pub async fn well_known(
     responses((status = 200, description = "The whole API for a language model, in Markdown: /skill.md followed by every operation of /openapi.json", content_type = "text/markdown"))
 )]
 pub async fn llms_full_txt(
-    State(state): State<AppState>,
-    headers: HeaderMap,
+    State(state): State<AppState>, headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let base = base_url(&state, &headers);
     Ok(generated(

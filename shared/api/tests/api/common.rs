@@ -265,6 +265,19 @@ impl TestApp {
     pub fn with_limits(tweak: impl FnOnce(&mut Limits)) -> Self {
         let mut limits = Limits::default();
         tweak(&mut limits);
+        Self::build(limits, None)
+    }
+
+    /// The default limits, wake hooks called by the real sender (private receivers allowed or
+    /// not, as `agentaddress serve --allow-private-hooks`).
+    pub fn with_hook_sender(allow_private: bool) -> Self {
+        let sender = agentaddress_outbound::wake::WakeSender::new(allow_private).expect("sender");
+        Self::build(Limits::default(), Some(Arc::new(sender)))
+    }
+
+    fn build(
+        limits: Limits, caller: Option<Arc<dyn agentaddress_core::relay::HookCaller>>,
+    ) -> Self {
         let store = Arc::new(SqliteStore::open_in_memory().expect("open in-memory SQLite"));
         let clock = Arc::new(ManualClock::starting_now());
         let state = AppState::new(
@@ -277,7 +290,8 @@ impl TestApp {
                 poll_checks: Default::default(),
             },
         )
-        .with_clock(clock.clone());
+        .with_clock(clock.clone())
+        .with_hook_caller(caller);
         Self {
             app: api::router(state),
             clock,

@@ -1,20 +1,14 @@
 //! §1 of docs/API.md, creating an address: defaults, echoed fields, boundary values, bad bodies,
 //! content types, body size and the per-IP rate limit.
 
-use std::collections::BTreeSet;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use agentaddress_api::{self as api, ApiConfig, AppState};
 use agentaddress_core::domain::time::format_rfc3339;
-use agentaddress_core::domain::{Limits, Millis};
-use agentaddress_core::store::{
-    Acked, AddressRecord, Answer, AnswerOutcome, Appended, CodeCheck, CodeIssued, ContactRecord,
-    CreatedRequest, Event, EventPage, IdempotencyClaim, NewAddress, NewCode, NewEmail, NewEvent,
-    NewRequest, NewSend, NewViewerCode, RedeemedViewerCode, RequestRecord, SendOutcome, SendRecord,
-    SendRecorded, StateDeleted, StateEntry, StateListing, StateWritten, Store, StoreError,
-    StoreResult, StoredEmail, SweepReport, Usage,
-};
+use agentaddress_core::domain::Limits;
+use agentaddress_core::store::prelude::*;
+use agentaddress_sqlite::SqliteStore;
 use http::StatusCode;
 use serde_json::{json, Value};
 
@@ -287,267 +281,32 @@ async fn create_is_rate_limited_per_client_ip() {
     t.send(post(CREATE).ip(ip)).await.ok(StatusCode::CREATED);
 }
 
-/// A store whose first `collisions` creations answer `AddressExists` (an id, or the email key of
-/// an id differing only by case, already taken: docs/API.md §1); everything else is SQLite's.
-struct CollidingStore {
-    inner: agentaddress_sqlite::SqliteStore,
-    collisions: std::sync::atomic::AtomicU32,
-    ids: std::sync::Mutex<Vec<String>>,
+/// Address ids handed out in order from `queue` (then random ones), each recorded in `tried`.
+#[derive(Clone, Default)]
+struct IdSource {
+    queue: Arc<Mutex<VecDeque<String>>>,
+    tried: Arc<Mutex<Vec<String>>>,
 }
 
-#[async_trait::async_trait]
-impl Store for CollidingStore {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    async fn create_address(&self, a: NewAddress) -> StoreResult<()> {
-        self.ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(a.id.clone());
-        let left = self.collisions.load(Ordering::SeqCst);
-        if left > 0 {
-            self.collisions.store(left - 1, Ordering::SeqCst);
-            return Err(StoreError::AddressExists);
-        }
-        self.inner.create_address(a).await
-    }
-    async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>> {
-        self.inner.get_address(id, now).await
-    }
-    async fn address_by_email(
-        &self,
-        email: &str,
-        now: Millis,
-    ) -> StoreResult<Option<AddressRecord>> {
-        self.inner.address_by_email(email, now).await
-    }
-    async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage> {
-        self.inner.usage(id, limits, now).await
-    }
-    async fn set_verification(
-        &self,
-        id: &str,
-        verification: Option<agentaddress_api::domain::verification::VerificationConfig>,
-        now: Millis,
-    ) -> StoreResult<()> {
-        self.inner.set_verification(id, verification, now).await
-    }
-    async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()> {
-        self.inner.delete_address(id, now).await
-    }
-    async fn append_event(
-        &self,
-        id: &str,
-        event: NewEvent,
-        claim: Option<IdempotencyClaim>,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<Appended> {
-        self.inner.append_event(id, event, claim, limits, now).await
-    }
-    async fn read_events(
-        &self,
-        id: &str,
-        after: u64,
-        limit: usize,
-        max_bytes: u64,
-        now: Millis,
-    ) -> StoreResult<EventPage> {
-        self.inner
-            .read_events(id, after, limit, max_bytes, now)
-            .await
-    }
-    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event> {
-        self.inner.get_event(id, event_id, now).await
-    }
-    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked> {
-        self.inner.ack_event(id, event_id, now).await
-    }
-    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64> {
-        self.inner.last_sequence(id, now).await
-    }
-    async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing> {
-        self.inner.list_state(id, now).await
-    }
-    async fn get_state(&self, id: &str, key: &str, now: Millis) -> StoreResult<StateEntry> {
-        self.inner.get_state(id, key, now).await
-    }
-    async fn put_state(
-        &self,
-        id: &str,
-        key: &str,
-        value: String,
-        expected: Option<u64>,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<StateWritten> {
-        self.inner
-            .put_state(id, key, value, expected, limits, now)
-            .await
-    }
-    async fn delete_state(
-        &self,
-        id: &str,
-        key: &str,
-        expected: Option<u64>,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<StateDeleted> {
-        self.inner
-            .delete_state(id, key, expected, limits, now)
-            .await
-    }
-    async fn hit_rate_limit(
-        &self,
-        scope: &str,
-        limit: u64,
-        now: Millis,
-    ) -> StoreResult<Option<u64>> {
-        self.inner.hit_rate_limit(scope, limit, now).await
-    }
-    async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport> {
-        self.inner.sweep(limits, now).await
-    }
-    async fn append_email(
-        &self,
-        id: &str,
-        email: NewEmail,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<Appended> {
-        self.inner.append_email(id, email, limits, now).await
-    }
-    async fn email_of_event(
-        &self,
-        id: &str,
-        event_id: &str,
-        now: Millis,
-    ) -> StoreResult<StoredEmail> {
-        self.inner.email_of_event(id, event_id, now).await
-    }
-    async fn email_by_id(&self, id: &str, email_id: &str, now: Millis) -> StoreResult<StoredEmail> {
-        self.inner.email_by_id(id, email_id, now).await
-    }
-    async fn create_request(
-        &self,
-        id: &str,
-        request: NewRequest,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<CreatedRequest> {
-        self.inner.create_request(id, request, limits, now).await
-    }
-    async fn get_request(
-        &self,
-        id: &str,
-        request_id: &str,
-        now: Millis,
-    ) -> StoreResult<RequestRecord> {
-        self.inner.get_request(id, request_id, now).await
-    }
-    async fn find_request(
-        &self,
-        request_id: &str,
-        now: Millis,
-    ) -> StoreResult<Option<RequestRecord>> {
-        self.inner.find_request(request_id, now).await
-    }
-    async fn answer_request(
-        &self,
-        request_id: &str,
-        answer: Answer,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<AnswerOutcome> {
-        self.inner
-            .answer_request(request_id, answer, limits, now)
-            .await
-    }
-    async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>> {
-        self.inner.list_contacts(id, now).await
-    }
-    async fn issue_contact_code(
-        &self,
-        id: &str,
-        code: NewCode,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<CodeIssued> {
-        self.inner.issue_contact_code(id, code, limits, now).await
-    }
-    async fn check_contact_code(
-        &self,
-        id: &str,
-        email: &str,
-        code_hash: &str,
-        now: Millis,
-    ) -> StoreResult<CodeCheck> {
-        self.inner
-            .check_contact_code(id, email, code_hash, now)
-            .await
-    }
-    async fn record_send(
-        &self,
-        id: &str,
-        send: NewSend,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<SendRecorded> {
-        self.inner.record_send(id, send, limits, now).await
-    }
-    async fn claim_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        lease_until: Millis,
-        now: Millis,
-    ) -> StoreResult<Option<SendRecord>> {
-        self.inner.claim_send(id, send_id, lease_until, now).await
-    }
-    async fn get_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        now: Millis,
-    ) -> StoreResult<Option<SendRecord>> {
-        self.inner.get_send(id, send_id, now).await
-    }
-    async fn finish_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        outcome: SendOutcome,
-        limits: &Limits,
-        now: Millis,
-    ) -> StoreResult<()> {
-        self.inner
-            .finish_send(id, send_id, outcome, limits, now)
-            .await
-    }
-    async fn create_viewer_code(
-        &self,
-        id: &str,
-        code: NewViewerCode,
-        now: Millis,
-    ) -> StoreResult<()> {
-        self.inner.create_viewer_code(id, code, now).await
-    }
-    async fn redeem_viewer_code(
-        &self,
-        code_hash: &str,
-        now: Millis,
-    ) -> StoreResult<Option<RedeemedViewerCode>> {
-        self.inner.redeem_viewer_code(code_hash, now).await
+impl IdSource {
+    fn next(&self) -> String {
+        let id = lock(&self.queue)
+            .pop_front()
+            .unwrap_or_else(agentaddress_core::domain::ids::new_address_id);
+        lock(&self.tried).push(id.clone());
+        id
     }
 }
 
-fn colliding_app(collisions: u32) -> (axum::Router, Arc<CollidingStore>) {
-    let store = Arc::new(CollidingStore {
-        inner: agentaddress_sqlite::SqliteStore::open_in_memory().expect("open in-memory SQLite"),
-        collisions: collisions.into(),
-        ids: Default::default(),
-    });
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An app over an in-memory SQLite store whose new address ids come from an [`IdSource`].
+fn app_with_ids() -> (axum::Router, Arc<SqliteStore>, IdSource) {
+    let store = Arc::new(SqliteStore::open_in_memory().expect("open in-memory SQLite"));
+    let source = IdSource::default();
+    let ids = source.clone();
     let state = AppState::new(
         store.clone(),
         ApiConfig {
@@ -557,25 +316,36 @@ fn colliding_app(collisions: u32) -> (axum::Router, Arc<CollidingStore>) {
             email_ingest_secret_hash: None,
             poll_checks: Default::default(),
         },
-    );
-    (api::router(state), store)
+    )
+    .with_address_ids(Arc::new(move || ids.next()));
+    (api::router(state), store, source)
+}
+
+/// Creates an address on `app` and answers its id.
+async fn created_id(app: &axum::Router) -> String {
+    let r = send_to(app, post(CREATE).ip(&fresh_ip())).await;
+    r.ok(StatusCode::CREATED)["address"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned()
 }
 
 #[tokio::test]
 async fn a_taken_id_or_email_key_gets_a_fresh_id() {
-    let (app, store) = colliding_app(2);
+    let (app, store, ids) = app_with_ids();
+    let (a, b) = (created_id(&app).await, created_id(&app).await);
+    lock(&ids.tried).clear();
+    // An id differing from a taken one only by case takes its email key (docs/API.md §1); then
+    // a taken id; then a fresh one.
+    lock(&ids.queue).extend([a.to_uppercase(), b.clone()]);
     let r = send_to(&app, post(CREATE).ip(&fresh_ip())).await;
-    let b = r.ok(StatusCode::CREATED);
-    let id = b["address"]["id"].as_str().expect("id").to_owned();
-    let tried = store
-        .ids
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+    let body = r.ok(StatusCode::CREATED);
+    let id = body["address"]["id"].as_str().expect("id").to_owned();
+    let tried = lock(&ids.tried).clone();
     assert_eq!(tried.len(), 3, "two collisions, then a fresh id: {tried:?}");
     assert_eq!(tried.iter().collect::<BTreeSet<_>>().len(), 3, "{tried:?}");
     assert_eq!(tried.last(), Some(&id));
-    assert_eq!(b["address"]["email"], format!("{id}@inbox.test"));
+    assert_eq!(body["address"]["email"], format!("{id}@inbox.test"));
     let found = store
         .address_by_email(&format!("{id}@INBOX.TEST"), 0)
         .await
@@ -583,7 +353,8 @@ async fn a_taken_id_or_email_key_gets_a_fresh_id() {
         .expect("the created address");
     assert_eq!(found.id, id);
 
-    let (app, _) = colliding_app(3);
+    // Three taken in a row: the creation gives up.
+    lock(&ids.queue).extend([a.clone(), b.clone(), a.to_uppercase()]);
     send_to(&app, post(CREATE).ip(&fresh_ip()))
         .await
         .err(StatusCode::INTERNAL_SERVER_ERROR, "internal");

@@ -1,7 +1,7 @@
 //! §2 of docs/API.md, inspect and delete, and what follows: expiry at the second, tombstones
 //! answering 410 `address_gone`, and forgotten tombstones.
 
-use agentaddress_core::store::Store;
+use agentaddress_core::store::prelude::*;
 use http::{Method, StatusCode};
 use serde_json::json;
 

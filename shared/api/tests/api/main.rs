@@ -10,6 +10,7 @@ mod create;
 mod edges;
 mod feed;
 mod home;
+mod hooks;
 mod inbox;
 mod lifecycle;
 mod pages;

@@ -2,10 +2,9 @@
 //! form, the first answer winning, expiry without a timer (the manual clock), and what the page
 //! must never do with untrusted text.
 
+use agentaddress_core::store::prelude::*;
 use http::StatusCode;
 use serde_json::{json, Value};
-
-use agentaddress_core::store::Store;
 
 use crate::common::*;
 

@@ -67,6 +67,15 @@ async fn openapi_describes_every_route() {
         ("/api/v1/addresses/{address_id}/email/send", &["post"]),
         ("/api/v1/addresses/{address_id}/viewer-codes", &["post"]),
         ("/api/v1/viewer-codes/redeem", &["post"]),
+        ("/api/v1/addresses/{address_id}/hooks", &["post", "get"]),
+        (
+            "/api/v1/addresses/{address_id}/hooks/{hook_id}",
+            &["put", "delete"],
+        ),
+        (
+            "/api/v1/addresses/{address_id}/hooks/{hook_id}/test",
+            &["post"],
+        ),
         ("/r/page.css", &["get"]),
         ("/r/page.js", &["get"]),
         ("/", &["get"]),

@@ -35,11 +35,8 @@ pub struct Claim {
 /// `signature_invalid`, docs/API.md §15). A verified delivery without its own key is keyed by
 /// the provider's delivery id, so that a provider's redelivery is a duplicate.
 pub fn receive(
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    verification: Option<&VerificationConfig>,
-    key: Option<Vec<u8>>,
-    now: Millis,
+    headers: &[(&str, &[u8])], body: &[u8], verification: Option<&VerificationConfig>,
+    key: Option<Vec<u8>>, now: Millis,
 ) -> Result<Delivery, Reason> {
     // On the exact bytes received, before anything else reads them.
     let checked = verification.map(|config| {

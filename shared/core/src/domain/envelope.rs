@@ -69,9 +69,7 @@ pub const VERIFICATION_MEMBER: &str = "verification";
 /// Applies the envelope rule. `headers` are (lower-case name, value) pairs as received; only the
 /// allowlisted ones are recorded, repeated ones joined with `", "`.
 pub fn from_delivery<'a>(
-    content_type: Option<&str>,
-    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
-    body: &[u8],
+    content_type: Option<&str>, headers: impl IntoIterator<Item = (&'a str, &'a str)>, body: &[u8],
 ) -> Envelope {
     from_verified_delivery(content_type, headers, body, None)
 }
@@ -79,9 +77,7 @@ pub fn from_delivery<'a>(
 /// [`from_delivery`] for an address that verifies its deliveries (docs/API.md §15): the `http`
 /// record also holds `verification`'s record, as its [`VERIFICATION_MEMBER`].
 pub fn from_verified_delivery<'a>(
-    content_type: Option<&str>,
-    headers: impl IntoIterator<Item = (&'a str, &'a str)>,
-    body: &[u8],
+    content_type: Option<&str>, headers: impl IntoIterator<Item = (&'a str, &'a str)>, body: &[u8],
     verification: Option<&Verification>,
 ) -> Envelope {
     let mut recorded: Map<String, Value> = Map::new();

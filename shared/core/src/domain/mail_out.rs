@@ -286,11 +286,7 @@ pub fn threading(message_id: Option<&str>, references: &[String]) -> (Option<Str
 
 /// The `data` of an `email.sent` event (docs/API.md §16).
 pub fn email_sent_data(
-    to: &str,
-    subject: &str,
-    text: &str,
-    message_id: &str,
-    in_reply_to: Option<&str>,
+    to: &str, subject: &str, text: &str, message_id: &str, in_reply_to: Option<&str>,
 ) -> String {
     serde_json::json!({
         "to": to,
@@ -305,12 +301,7 @@ pub fn email_sent_data(
 /// The `data` of an `email.send_failed` event: which send (its event), to whom, why, whether
 /// the relay refused it for good, and after how many attempts.
 pub fn send_failed_data(
-    sent_event_id: &str,
-    to: &str,
-    message_id: &str,
-    error: &str,
-    permanent: bool,
-    attempts: u32,
+    sent_event_id: &str, to: &str, message_id: &str, error: &str, permanent: bool, attempts: u32,
 ) -> String {
     serde_json::json!({
         "event_id": sent_event_id,

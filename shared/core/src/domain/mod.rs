@@ -4,6 +4,7 @@
 pub mod client;
 pub mod delivery;
 pub mod envelope;
+pub mod hooks;
 pub mod ids;
 pub mod label;
 pub mod limits;

@@ -125,10 +125,7 @@ pub fn request_secret(read_token: &str, request_id: &str) -> String {
 
 /// The `data` of a `request.answered` event.
 pub fn answered_data(
-    request_id: &str,
-    choice: &str,
-    comment: Option<&str>,
-    answered_at: Millis,
+    request_id: &str, choice: &str, comment: Option<&str>, answered_at: Millis,
 ) -> String {
     serde_json::json!({
         "request_id": request_id,
@@ -148,10 +145,7 @@ pub fn expired_data(request_id: &str) -> String {
 /// comment is present, absent or optional as `comment` says, and not too long. The message is
 /// shown to the person (and to an API client).
 pub fn check_answer(
-    options: &[String],
-    comment_mode: CommentMode,
-    choice: &str,
-    comment: Option<&str>,
+    options: &[String], comment_mode: CommentMode, choice: &str, comment: Option<&str>,
 ) -> Result<(), super::Invalid> {
     if !options.iter().any(|o| o == choice) {
         return Err(super::Invalid::new("Choose one of the request's options."));

@@ -125,10 +125,7 @@ impl VerificationConfig {
     /// Validates a configuration. The messages name the rule broken (and the field, as in the
     /// body of `PUT {root}/verification`), never the secret.
     pub fn new(
-        scheme: &str,
-        secret: &str,
-        reject_unverified: Option<bool>,
-        tolerance_seconds: Option<u64>,
+        scheme: &str, secret: &str, reject_unverified: Option<bool>, tolerance_seconds: Option<u64>,
     ) -> Result<Self, Invalid> {
         let scheme = Scheme::parse(scheme).ok_or_else(|| {
             Invalid::new("`scheme` must be \"standard-webhooks\", \"stripe\" or \"github\".")
@@ -256,6 +253,36 @@ fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
     }
 }
 
+/// The Standard Webhooks MAC of a message: HMAC-SHA256 keyed by the secret's key over
+/// `{id}.{timestamp}.{body}` — the one rule both directions use (a delivery verified here, a
+/// wake signed by a hook, docs/API.md §14 and §19). `None`: not a Standard Webhooks secret.
+fn standard_mac(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> Option<HmacSha256> {
+    let mut m = mac(&standard_key(secret)?);
+    m.update(id.as_bytes());
+    m.update(b".");
+    m.update(timestamp.as_bytes());
+    m.update(b".");
+    m.update(body);
+    Some(m)
+}
+
+/// The headers a Standard Webhooks sender adds to `body` (message `id`, `timestamp` in Unix
+/// seconds) signed with `secret` (`whsec_…`): `webhook-id`, `webhook-timestamp` and
+/// `webhook-signature` (`v1,` and the base64 of the MAC). Empty for a secret that is not one.
+pub fn standard_webhooks_headers(
+    secret: &str, id: &str, timestamp: i64, body: &[u8],
+) -> Vec<(&'static str, String)> {
+    let Some(m) = standard_mac(secret, id, &timestamp.to_string(), body) else {
+        return Vec::new();
+    };
+    let sig = STANDARD.encode(m.finalize().into_bytes());
+    vec![
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", timestamp.to_string()),
+        ("webhook-signature", format!("v1,{sig}")),
+    ]
+}
+
 /// The HMAC key of a Standard Webhooks secret: the base64 after `whsec_`.
 fn standard_key(secret: &str) -> Option<Vec<u8>> {
     let encoded = secret.strip_prefix("whsec_")?;
@@ -364,10 +391,7 @@ fn mac(key: &[u8]) -> HmacSha256 {
 /// Verifies a delivery of `body` (the exact bytes received) with `headers` (name, value as
 /// received) against `config`, at `now`.
 pub fn verify(
-    config: &VerificationConfig,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    now: Millis,
+    config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
 ) -> Verification {
     let result = match config.scheme {
         Scheme::StandardWebhooks => verify_standard(config, headers, body, now),
@@ -391,22 +415,14 @@ pub fn verify(
 type Checked = Result<Option<String>, Reason>;
 
 fn verify_standard(
-    config: &VerificationConfig,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    now: Millis,
+    config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
 ) -> Checked {
     let id = one_header(headers, "webhook-id")?;
     let timestamp = one_header(headers, "webhook-timestamp")?;
     let signatures = one_header(headers, "webhook-signature")?;
     let t = unix_seconds(timestamp)?;
-    let key = standard_key(config.secret.expose()).ok_or(Reason::BadSignature)?;
-    let mut base = mac(&key);
-    base.update(id.as_bytes());
-    base.update(b".");
-    base.update(timestamp.as_bytes());
-    base.update(b".");
-    base.update(body);
+    let base =
+        standard_mac(config.secret.expose(), id, timestamp, body).ok_or(Reason::BadSignature)?;
     let entries: Vec<&str> = signatures.split(' ').filter(|s| !s.is_empty()).collect();
     if entries.len() > MAX_SIGNATURES {
         return Err(Reason::BadSignature);
@@ -427,10 +443,7 @@ fn verify_standard(
 }
 
 fn verify_stripe(
-    config: &VerificationConfig,
-    headers: &[(&str, &[u8])],
-    body: &[u8],
-    now: Millis,
+    config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
 ) -> Checked {
     let header = one_header(headers, "stripe-signature")?;
     let mut timestamp = None;
@@ -498,25 +511,11 @@ fn verify_github(config: &VerificationConfig, headers: &[(&str, &[u8])], body: &
 /// Signs like the providers do, for tests and tools: the header(s) a provider would send for
 /// `body` at `timestamp` (Unix seconds) with `id` as its delivery id.
 pub fn sign(
-    config: &VerificationConfig,
-    id: &str,
-    timestamp: i64,
-    body: &[u8],
+    config: &VerificationConfig, id: &str, timestamp: i64, body: &[u8],
 ) -> Vec<(&'static str, String)> {
     let secret = config.secret.expose();
     match config.scheme {
-        Scheme::StandardWebhooks => {
-            let key = standard_key(secret).unwrap_or_default();
-            let mut m = mac(&key);
-            m.update(format!("{id}.{timestamp}.").as_bytes());
-            m.update(body);
-            let sig = STANDARD.encode(m.finalize().into_bytes());
-            vec![
-                ("webhook-id", id.to_owned()),
-                ("webhook-timestamp", timestamp.to_string()),
-                ("webhook-signature", format!("v1,{sig}")),
-            ]
-        }
+        Scheme::StandardWebhooks => standard_webhooks_headers(secret, id, timestamp, body),
         Scheme::Stripe => {
             let mut m = mac(secret.as_bytes());
             m.update(format!("{timestamp}.").as_bytes());

@@ -71,6 +71,7 @@ pub async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> Addre
         token_hash: ids::hash_secret("token"),
         inbox_hash: ids::hash_secret("inbox"),
         verification: None,
+        hooks: Vec::new(),
     };
     store.create_address(a).await.expect("create address");
     store
@@ -131,6 +132,7 @@ pub async fn create_and_get_address(store: &dyn Store) {
         token_hash: ids::hash_secret("other"),
         inbox_hash: ids::hash_secret("other"),
         verification: None,
+        hooks: Vec::new(),
     };
     assert_eq!(
         store.create_address(again).await,
@@ -976,6 +978,7 @@ pub async fn email_keys_are_unique(store: &dyn Store) {
         token_hash: ids::hash_secret("other token"),
         inbox_hash: ids::hash_secret("other inbox"),
         verification: None,
+        hooks: Vec::new(),
     };
     assert_eq!(
         store.create_address(clash).await,
@@ -1074,6 +1077,7 @@ pub async fn verification_is_stored_rotated_and_removed(store: &dyn Store) {
             token_hash: ids::hash_secret("token"),
             inbox_hash: ids::hash_secret("inbox"),
             verification: Some(first.clone()),
+            hooks: Vec::new(),
         })
         .await
         .expect("create");

@@ -51,7 +51,7 @@ pub enum CodeMailCap {
     Client,
 }
 
-/// What [`super::Store::issue_contact_code`] did.
+/// What [`super::Contacts::issue_contact_code`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodeIssued {
     /// The code is stored (and counted): mail it now.
@@ -60,7 +60,7 @@ pub enum CodeIssued {
     AlreadyConfirmed(ContactRecord),
 }
 
-/// What [`super::Store::check_contact_code`] found.
+/// What [`super::Contacts::check_contact_code`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CodeCheck {
     /// The code was right: the contact is confirmed from now on.
@@ -100,7 +100,7 @@ pub struct OutboundMessage {
     pub references: Vec<String>,
 }
 
-/// What [`super::Store::record_send`] did.
+/// What [`super::Sends::record_send`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendRecorded {
     pub send_id: String,
@@ -129,7 +129,7 @@ pub struct SendRecord {
     pub last_error: Option<String>,
 }
 
-/// How a delivery attempt ended, for [`super::Store::finish_send`].
+/// How a delivery attempt ended, for [`super::Sends::finish_send`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum SendOutcome {
     /// The relay accepted the message.

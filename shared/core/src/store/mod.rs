@@ -2,13 +2,16 @@
 //! natively (one SQLite transaction; one DynamoDB `TransactWriteItems`).
 //!
 //! Stores know nothing of HTTP and never check tokens; the API layer authenticates with
-//! [`Store::get_address`] and then calls one operation, which re-checks that the address is
+//! [`Addresses::get_address`] and then calls one operation, which re-checks that the address is
 //! alive inside its own atomic step. Every backend passes the [`conformance`] suite.
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod email_conformance;
+#[cfg(feature = "conformance")]
+pub mod hook_conformance;
+mod hook_records;
 mod mail_records;
 #[cfg(feature = "conformance")]
 pub mod outbound_conformance;
@@ -24,6 +27,9 @@ use async_trait::async_trait;
 use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
+pub use hook_records::{
+    hook_types, DueHooks, HookDelivery, HookRecord, HookStatus, Hooks, NewHook,
+};
 pub use mail_records::{
     CodeCheck, CodeIssued, CodeMailCap, ContactRecord, NewCode, NewSend, OutboundMessage,
     SendOutcome, SendRecord, SendRecorded,
@@ -96,6 +102,9 @@ pub struct NewAddress {
     pub inbox_hash: String,
     /// The signing secret its deliveries are verified with (docs/API.md §15), if any.
     pub verification: Option<VerificationConfig>,
+    /// Wake hooks made with it, in the same atomic step (docs/API.md §19), each with its
+    /// cursor at 0.
+    pub hooks: Vec<NewHook>,
 }
 
 /// An address as stored, tombstones included.
@@ -115,11 +124,14 @@ pub struct AddressRecord {
     pub state_bytes: u64,
     /// The earliest `expires_at` of the address's open requests (docs/API.md §12): a feed read
     /// at or after it first appends the due `request.expired` events
-    /// ([`Store::expire_requests`]).
+    /// ([`Requests::expire_requests`]).
     pub next_request_expiry: Option<Millis>,
     /// The signing secret its deliveries are verified with (docs/API.md §15), if any. Its
     /// secret is stored as given (it must be usable) and never shown ([`VerificationConfig`]).
     pub verification: Option<VerificationConfig>,
+    /// The patterns of its active wake hooks ([`hook_types`]): an append of an event they wake
+    /// for (`crate::domain::hooks::TypePatterns::wakes`) tells the wake machine.
+    pub hook_types: Vec<String>,
 }
 
 impl AddressRecord {
@@ -236,7 +248,16 @@ impl RequestRecord {
     }
 }
 
-/// What [`Store::create_request`] did.
+/// The store's traits, for code that calls a [`Store`]'s methods:
+/// `use agentaddress_core::store::prelude::*;` (a store implements them by name).
+pub mod prelude {
+    pub use super::{
+        Addresses as _, Backend as _, Contacts as _, Emails as _, Feed as _, Hooks as _,
+        RateLimits as _, Requests as _, Sends as _, States as _, Store, ViewerCodes as _,
+    };
+}
+
+/// What [`Requests::create_request`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreatedRequest {
     pub request: RequestRecord,
@@ -244,7 +265,7 @@ pub struct CreatedRequest {
     pub duplicate: bool,
 }
 
-/// What [`Store::answer_request`] did.
+/// What [`Requests::answer_request`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnswerOutcome {
     /// This answer closed the request and appended its `request.answered` event.
@@ -366,7 +387,7 @@ pub struct NewViewerCode {
     pub expires_at: Millis,
 }
 
-/// A viewer code [`Store::redeem_viewer_code`] answered (once).
+/// A viewer code [`ViewerCodes::redeem_viewer_code`] answered (once).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedeemedViewerCode {
     pub address_id: String,
@@ -387,8 +408,39 @@ pub struct SweepReport {
 /// Every method is one atomic step. Methods taking `id` answer [`StoreError::AddressNotFound`]
 /// for an unknown address and [`StoreError::AddressGone`] for a deleted or expired one (judged at
 /// `now`), checked inside the same atomic step as the operation itself.
+pub trait Store:
+    Backend
+    + Addresses
+    + Feed
+    + Emails
+    + Requests
+    + Contacts
+    + Sends
+    + ViewerCodes
+    + States
+    + RateLimits
+    + Hooks
+{
+}
+
+impl<T> Store for T where
+    T: Backend
+        + Addresses
+        + Feed
+        + Emails
+        + Requests
+        + Contacts
+        + Sends
+        + ViewerCodes
+        + States
+        + RateLimits
+        + Hooks
+{
+}
+
+/// What a store is and how it keeps itself: its name, its wake-up signal, its sweep. Part of [`Store`].
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Backend: Send + Sync + 'static {
     /// `"sqlite"` or `"dynamodb"`, for `/healthz`.
     fn kind(&self) -> &'static str;
 
@@ -398,6 +450,14 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Removes what has expired: events past retention, data of expired addresses, and
+    /// tombstones older than `limits.tombstone_seconds`. Reads never depend on it having run.
+    async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport>;
+}
+
+/// Addresses: created, read, configured, deleted (docs/API.md §1, §2, §15). Part of [`Store`].
+#[async_trait]
+pub trait Addresses: Send + Sync + 'static {
     /// Stores a new address with sequence 0 and no state, and its email key
     /// ([`crate::domain::ids::email_key`] of `email`) in the same atomic step.
     /// [`StoreError::AddressExists`] if the id is taken, or the email key is another address's
@@ -410,23 +470,18 @@ pub trait Store: Send + Sync + 'static {
     async fn get_address(&self, id: &str, now: Millis) -> StoreResult<Option<AddressRecord>>;
 
     /// The address whose email key is [`crate::domain::ids::email_key`] of `email` (an email
-    /// address as received, in any case), as [`Store::get_address`] answers it: tombstones
+    /// address as received, in any case), as [`Addresses::get_address`] answers it: tombstones
     /// (deleted or expired addresses) included, `None` once forgotten, and no liveness check
     /// (callers judge [`AddressRecord::is_gone`]). A store whose addresses may predate email
     /// keys documents how it finds those (DynamoDB: by the local part as the id, exact case).
     async fn address_by_email(
-        &self,
-        email: &str,
-        now: Millis,
+        &self, email: &str, now: Millis,
     ) -> StoreResult<Option<AddressRecord>>;
 
     /// Sets (`Some`) or removes (`None`) the live address's verification (docs/API.md §15),
     /// replacing any earlier one: the next delivery is verified with it.
     async fn set_verification(
-        &self,
-        id: &str,
-        verification: Option<VerificationConfig>,
-        now: Millis,
+        &self, id: &str, verification: Option<VerificationConfig>, now: Millis,
     ) -> StoreResult<()>;
 
     /// Usage figures of a live address.
@@ -436,21 +491,48 @@ pub trait Store: Send + Sync + 'static {
     /// the removal of, all its events, state and idempotency records. From this call on, no
     /// operation reads or writes its data.
     async fn delete_address(&self, id: &str, now: Millis) -> StoreResult<()>;
+}
 
+/// An address's feed: appends, reads, acknowledgements (docs/API.md §3–§5). Part of [`Store`].
+#[async_trait]
+pub trait Feed: Send + Sync + 'static {
     /// Appends an event with the next sequence, atomically with its idempotency record.
     /// With a claim whose key was seen on a still-retained event: the same body hash returns
     /// that event with `duplicate: true` and appends nothing; another body is
     /// [`StoreError::IdempotencyKeyReused`]. A feed holding `max_retained_events` unexpired
     /// events is [`StoreError::QuotaExceeded`].
     async fn append_event(
-        &self,
-        id: &str,
-        event: NewEvent,
-        claim: Option<IdempotencyClaim>,
-        limits: &Limits,
+        &self, id: &str, event: NewEvent, claim: Option<IdempotencyClaim>, limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended>;
 
+    /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
+    /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.
+    async fn read_events(
+        &self, id: &str, after: u64, limit: usize, max_bytes: u64, now: Millis,
+    ) -> StoreResult<EventPage>;
+
+    /// One unexpired event by id, else [`StoreError::NotFound`].
+    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event>;
+
+    /// Records the first acknowledgement of an event and returns it; acking again keeps the
+    /// first time. [`StoreError::NotFound`] for an unknown or expired event.
+    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked>;
+
+    /// The sequence of the last event appended (0 if none): a cheap check for long polls.
+    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64>;
+
+    /// [`Feed::last_sequence`] as a hint that may lag behind a write by a moment (an
+    /// eventually consistent read on DynamoDB: half the read units). Long polls use it only to
+    /// decide when to read the feed again, with a consistent read.
+    async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
+        self.last_sequence(id, now).await
+    }
+}
+
+/// Received email kept with its event (docs/API.md §10, §11). Part of [`Store`].
+#[async_trait]
+pub trait Emails: Send + Sync + 'static {
     /// Appends an `email.received` event and stores the raw message with it, in one atomic step
     /// (both or neither). Idempotent on `email.email_id`: when a retained event of this address
     /// came from the same `email_id`, returns it with `duplicate: true` and stores nothing. The
@@ -459,21 +541,14 @@ pub trait Store: Send + Sync + 'static {
     /// The stored message follows its event: removed with it at retention, at address deletion
     /// and at expiry.
     async fn append_email(
-        &self,
-        id: &str,
-        email: NewEmail,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, email: NewEmail, limits: &Limits, now: Millis,
     ) -> StoreResult<Appended>;
 
     /// The stored message of the retained event `event_id`. [`StoreError::NotFound`] for an
     /// unknown or expired event; [`StoreError::EmailUnavailable`] when the event has no stored
     /// message (not an email, or its message is gone).
     async fn email_of_event(
-        &self,
-        id: &str,
-        event_id: &str,
-        now: Millis,
+        &self, id: &str, event_id: &str, now: Millis,
     ) -> StoreResult<StoredEmail>;
 
     /// The stored message `email_id` of this address, with its event, while that event is
@@ -485,15 +560,25 @@ pub trait Store: Send + Sync + 'static {
     /// 6 MB): a short-lived URL that needs no token and answers it with the same content type
     /// and disposition. `None`, the default: the bytes are answered directly.
     async fn download_link(
-        &self,
-        id: &str,
-        email_id: &str,
-        download: &Download<'_>,
+        &self, id: &str, email_id: &str, download: &Download<'_>,
     ) -> StoreResult<Option<DownloadLink>> {
         let _ = (id, email_id, download);
         Ok(None)
     }
 
+    /// A received message that no delivery has taken yet, held where the provider put it under
+    /// its `email_id` (on AWS: the object SES wrote, until the `email` function delivers it) —
+    /// what replay (docs/API.md §11) re-ingests when its event is missing. `None` when there is
+    /// none; the embedded store delivers as it receives, so it never holds one.
+    async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
+        let _ = email_id;
+        Ok(None)
+    }
+}
+
+/// Requests for a person (docs/API.md §12). Part of [`Store`].
+#[async_trait]
+pub trait Requests: Send + Sync + 'static {
     /// Stores a new open request of address `id` (docs/API.md §12). With a claim whose key an
     /// earlier request of this address holds: the same body hash returns that request with
     /// `duplicate: true` and stores nothing; another body is
@@ -501,28 +586,19 @@ pub trait Store: Send + Sync + 'static {
     /// requests (unexpired at `now`) is [`StoreError::QuotaExceeded`]. Keeps
     /// [`AddressRecord::next_request_expiry`] the earliest open expiry.
     async fn create_request(
-        &self,
-        id: &str,
-        request: NewRequest,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, request: NewRequest, limits: &Limits, now: Millis,
     ) -> StoreResult<CreatedRequest>;
 
     /// Request `request_id` of address `id`, else [`StoreError::NotFound`] (another address's
     /// request too).
     async fn get_request(
-        &self,
-        id: &str,
-        request_id: &str,
-        now: Millis,
+        &self, id: &str, request_id: &str, now: Millis,
     ) -> StoreResult<RequestRecord>;
 
     /// Request `request_id` of any live address (for its page, whose caller checks the
     /// secret); `None` when there is none or its address is gone.
     async fn find_request(
-        &self,
-        request_id: &str,
-        now: Millis,
+        &self, request_id: &str, now: Millis,
     ) -> StoreResult<Option<RequestRecord>>;
 
     /// Answers request `request_id` with `answer` (already checked against the request by
@@ -532,11 +608,7 @@ pub trait Store: Send + Sync + 'static {
     /// answers exactly one wins. [`StoreError::NotFound`] for an unknown request or a gone
     /// address; [`StoreError::QuotaExceeded`] when the feed is full.
     async fn answer_request(
-        &self,
-        request_id: &str,
-        answer: Answer,
-        limits: &Limits,
-        now: Millis,
+        &self, request_id: &str, answer: Answer, limits: &Limits, now: Millis,
     ) -> StoreResult<AnswerOutcome>;
 
     /// Appends `request.expired` for each open request of address `id` whose expiry is at or
@@ -554,29 +626,21 @@ pub trait Store: Send + Sync + 'static {
     /// of the feed or a request, and every append (a delivery, an email, a state write), calls
     /// this first with the address record it loaded; it costs nothing unless
     /// [`AddressRecord::next_request_expiry`] has passed, and then runs
-    /// [`Store::expire_requests`]. (No timer service: the embedded store's sweeper also calls
+    /// [`Requests::expire_requests`]. (No timer service: the embedded store's sweeper also calls
     /// it for addresses nobody touches.)
     async fn expire_due(
-        &self,
-        address: &AddressRecord,
-        limits: &Limits,
-        now: Millis,
+        &self, address: &AddressRecord, limits: &Limits, now: Millis,
     ) -> StoreResult<()> {
         if address.next_request_expiry.is_some_and(|t| t <= now) {
             self.expire_requests(&address.id, limits, now).await?;
         }
         Ok(())
     }
+}
 
-    /// A received message that no delivery has taken yet, held where the provider put it under
-    /// its `email_id` (on AWS: the object SES wrote, until the `email` function delivers it) —
-    /// what replay (docs/API.md §11) re-ingests when its event is missing. `None` when there is
-    /// none; the embedded store delivers as it receives, so it never holds one.
-    async fn pending_email(&self, email_id: &str) -> StoreResult<Option<Vec<u8>>> {
-        let _ = email_id;
-        Ok(None)
-    }
-
+/// An address's email contacts and their confirmation codes (docs/API.md §16). Part of [`Store`].
+#[async_trait]
+pub trait Contacts: Send + Sync + 'static {
     /// The contacts of address `id` (docs/API.md §16), sorted by email.
     async fn list_contacts(&self, id: &str, now: Millis) -> StoreResult<Vec<ContactRecord>>;
 
@@ -593,11 +657,7 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::CodeMailCap`], checked in that order after the contact's own limits. A
     /// refusal changes nothing, counts included.
     async fn issue_contact_code(
-        &self,
-        id: &str,
-        code: NewCode,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, code: NewCode, limits: &Limits, now: Millis,
     ) -> StoreResult<CodeIssued>;
 
     /// Tries `code_hash` against contact `email`'s current code, in one atomic step that counts
@@ -605,13 +665,13 @@ pub trait Store: Send + Sync + 'static {
     /// compared. The hashes are compared in constant time. [`StoreError::NotFound`] for an
     /// unknown contact.
     async fn check_contact_code(
-        &self,
-        id: &str,
-        email: &str,
-        code_hash: &str,
-        now: Millis,
+        &self, id: &str, email: &str, code_hash: &str, now: Millis,
     ) -> StoreResult<CodeCheck>;
+}
 
+/// Email an address sends to its contacts, and its delivery state (docs/API.md §16). Part of [`Store`].
+#[async_trait]
+pub trait Sends: Send + Sync + 'static {
     /// Records a send and appends its `email.sent` event in one atomic step, before anything is
     /// mailed. In order: a claim whose key an earlier send of this address holds answers that
     /// send (`duplicate`, same body hash) or [`StoreError::IdempotencyKeyReused`]; a recipient
@@ -620,11 +680,7 @@ pub trait Store: Send + Sync + 'static {
     /// without two free slots (the send and its answer) is [`StoreError::QuotaExceeded`]. The
     /// send is pending, due now.
     async fn record_send(
-        &self,
-        id: &str,
-        send: NewSend,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, send: NewSend, limits: &Limits, now: Millis,
     ) -> StoreResult<SendRecorded>;
 
     /// Claims send `send_id` of address `id` for one delivery attempt: when it is pending, due
@@ -633,32 +689,20 @@ pub trait Store: Send + Sync + 'static {
     /// finishes (a crash) lets the send be claimed again after its lease. The address gone is
     /// [`StoreError::AddressGone`]: nothing is sent for it.
     async fn claim_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        lease_until: Millis,
-        now: Millis,
+        &self, id: &str, send_id: &str, lease_until: Millis, now: Millis,
     ) -> StoreResult<Option<SendRecord>>;
 
     /// Send `send_id` of address `id` as stored, whatever its state (`None` when there is no
-    /// such send): what a queue consumer reads when [`Store::claim_send`] took nothing, to know
+    /// such send): what a queue consumer reads when [`Sends::claim_send`] took nothing, to know
     /// whether the send is done or when to look again.
     async fn get_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        now: Millis,
+        &self, id: &str, send_id: &str, now: Millis,
     ) -> StoreResult<Option<SendRecord>>;
 
     /// Ends the attempt on a claimed send with `outcome`, in one atomic step (a failure with its
     /// `email.send_failed` event). Only a pending send changes.
     async fn finish_send(
-        &self,
-        id: &str,
-        send_id: &str,
-        outcome: SendOutcome,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, send_id: &str, outcome: SendOutcome, limits: &Limits, now: Millis,
     ) -> StoreResult<()>;
 
     /// Pending sends of live addresses due at `now` and not held, oldest first, at most `limit`,
@@ -668,54 +712,29 @@ pub trait Store: Send + Sync + 'static {
         let _ = (now, limit);
         Ok(Vec::new())
     }
+}
 
+/// The viewer's one-time sign-in codes (docs/API.md §13). Part of [`Store`].
+#[async_trait]
+pub trait ViewerCodes: Send + Sync + 'static {
     /// Stores a viewer sign-in code of the live address `id` (docs/API.md §13, "Sign-in
     /// links"), redeemable until `code.expires_at`.
     async fn create_viewer_code(
-        &self,
-        id: &str,
-        code: NewViewerCode,
-        now: Millis,
+        &self, id: &str, code: NewViewerCode, now: Millis,
     ) -> StoreResult<()>;
 
     /// Redeems the viewer code whose hash is `code_hash`, in one atomic step: an unused code
     /// unexpired at `now` is marked used and answered; an unknown, used or expired one is
     /// `None`, all alike. Under concurrent redeems of one code exactly one gets it. No check of
-    /// the address: the caller judges it ([`Store::get_address`]).
+    /// the address: the caller judges it ([`Addresses::get_address`]).
     async fn redeem_viewer_code(
-        &self,
-        code_hash: &str,
-        now: Millis,
+        &self, code_hash: &str, now: Millis,
     ) -> StoreResult<Option<RedeemedViewerCode>>;
+}
 
-    /// Unexpired events with `sequence > after`, ascending, at most `limit`, cut before
-    /// `max_bytes` of [`Event::page_bytes`] but never empty when an event is available.
-    async fn read_events(
-        &self,
-        id: &str,
-        after: u64,
-        limit: usize,
-        max_bytes: u64,
-        now: Millis,
-    ) -> StoreResult<EventPage>;
-
-    /// One unexpired event by id, else [`StoreError::NotFound`].
-    async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event>;
-
-    /// Records the first acknowledgement of an event and returns it; acking again keeps the
-    /// first time. [`StoreError::NotFound`] for an unknown or expired event.
-    async fn ack_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Acked>;
-
-    /// The sequence of the last event appended (0 if none): a cheap check for long polls.
-    async fn last_sequence(&self, id: &str, now: Millis) -> StoreResult<u64>;
-
-    /// [`Store::last_sequence`] as a hint that may lag behind a write by a moment (an
-    /// eventually consistent read on DynamoDB: half the read units). Long polls use it only to
-    /// decide when to read the feed again, with a consistent read.
-    async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
-        self.last_sequence(id, now).await
-    }
-
+/// An address's state keys, each write committed with its event (docs/API.md §6, §7). Part of [`Store`].
+#[async_trait]
+pub trait States: Send + Sync + 'static {
     /// Every state key's metadata, sorted by key, with the totals.
     async fn list_state(&self, id: &str, now: Millis) -> StoreResult<StateListing>;
 
@@ -729,36 +748,23 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::StateLimitExceeded`] if the key count or bytes would pass the limits;
     /// [`StoreError::QuotaExceeded`] if the feed is full.
     async fn put_state(
-        &self,
-        id: &str,
-        key: &str,
-        value: String,
-        expected: Option<u64>,
-        limits: &Limits,
+        &self, id: &str, key: &str, value: String, expected: Option<u64>, limits: &Limits,
         now: Millis,
     ) -> StoreResult<StateWritten>;
 
     /// Deletes `key` and appends its `state.deleted` event in the same atomic step.
-    /// [`StoreError::NotFound`] if absent; `expected` as for [`Store::put_state`].
+    /// [`StoreError::NotFound`] if absent; `expected` as for [`States::put_state`].
     async fn delete_state(
-        &self,
-        id: &str,
-        key: &str,
-        expected: Option<u64>,
-        limits: &Limits,
-        now: Millis,
+        &self, id: &str, key: &str, expected: Option<u64>, limits: &Limits, now: Millis,
     ) -> StoreResult<StateDeleted>;
+}
 
+/// Fixed-window rate limits (docs/API.md §8). Part of [`Store`].
+#[async_trait]
+pub trait RateLimits: Send + Sync + 'static {
     /// Counts one hit in the fixed one-minute window of `scope`. `Ok(None)` when within `limit`;
     /// `Ok(Some(seconds))` when over it, with the seconds until the window ends (at least 1).
     async fn hit_rate_limit(
-        &self,
-        scope: &str,
-        limit: u64,
-        now: Millis,
+        &self, scope: &str, limit: u64, now: Millis,
     ) -> StoreResult<Option<u64>>;
-
-    /// Removes what has expired: events past retention, data of expired addresses, and
-    /// tombstones older than `limits.tombstone_seconds`. Reads never depend on it having run.
-    async fn sweep(&self, limits: &Limits, now: Millis) -> StoreResult<SweepReport>;
 }

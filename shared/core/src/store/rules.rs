@@ -2,6 +2,8 @@
 //! atomic step (one SQLite transaction; one DynamoDB transaction with its conditions), so the
 //! two deployments cannot disagree. A store only persists what these decide.
 
+pub mod mail;
+
 use super::{
     AddressRecord, Appended, EventRef, IdempotencyClaim, NewEvent, StoreError, StoreResult,
 };
@@ -91,10 +93,7 @@ impl StateTotals {
 /// either limit (docs/API.md §7). Saturating on inconsistent totals: a corrupted counter never
 /// underflows into a huge one.
 pub fn state_after_put(
-    current: StateTotals,
-    old_size: Option<u64>,
-    size: u64,
-    limits: &Limits,
+    current: StateTotals, old_size: Option<u64>, size: u64, limits: &Limits,
 ) -> StoreResult<StateTotals> {
     let after = match old_size {
         Some(old) => StateTotals {
@@ -146,9 +145,7 @@ pub fn state_deleted_event(key: &str, revision: u64) -> NewEvent {
 /// when the body is the same, [`StoreError::IdempotencyKeyReused`] when it is not
 /// (docs/API.md §3). Answered even when the feed is full.
 pub fn repeated_delivery(
-    original: EventRef,
-    original_body_hash: &str,
-    claim: &IdempotencyClaim,
+    original: EventRef, original_body_hash: &str, claim: &IdempotencyClaim,
 ) -> StoreResult<Appended> {
     if original_body_hash == claim.body_hash {
         Ok(Appended {
@@ -160,9 +157,10 @@ pub fn repeated_delivery(
     }
 }
 
-/// A creation retried with the Idempotency-Key of an earlier request: the same body is that
-/// request again, another body [`StoreError::IdempotencyKeyReused`] (docs/API.md §12).
-pub fn repeated_request_claim(original_body_hash: &str, claim_body_hash: &str) -> StoreResult<()> {
+/// A creation retried with the Idempotency-Key of an earlier one (a request for a person,
+/// docs/API.md §12; a send, §16): the same body is that creation again, another body
+/// [`StoreError::IdempotencyKeyReused`].
+pub fn repeated_claim(original_body_hash: &str, claim_body_hash: &str) -> StoreResult<()> {
     if original_body_hash == claim_body_hash {
         Ok(())
     } else {

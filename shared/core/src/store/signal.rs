@@ -4,14 +4,28 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 #[derive(Debug, Default)]
 pub struct FeedSignal {
     senders: Mutex<HashMap<String, watch::Sender<u64>>>,
+    /// Told after a commit that gave a wake hook something to do (docs/API.md §19): an event
+    /// its types wake for, or a hook made active.
+    hooks: Notify,
 }
 
 impl FeedSignal {
+    /// Wakes the wake loop. Called after the commit, never before.
+    pub fn wake_hooks(&self) {
+        self.hooks.notify_one();
+    }
+
+    /// Resolves at the next [`FeedSignal::wake_hooks`] (or at once for one made since the last
+    /// wait: a wake is never lost between two waits).
+    pub async fn hooks_woken(&self) {
+        self.hooks.notified().await;
+    }
+
     /// A receiver that changes when `notify` is called for `address_id` after this call.
     pub fn subscribe(&self, address_id: &str) -> watch::Receiver<u64> {
         let mut senders = self

@@ -63,6 +63,7 @@ fn tool_errors_are_catalogue_codes_of_the_operations() {
             "list_contacts",
             "add_contact",
             "send_email",
+            "add_hook",
         ]
         .iter()
         .any(|op| operation_error_codes(op, true, true).contains(&code));
@@ -119,7 +120,7 @@ fn input_schemas_come_from_the_request_structs() {
 
 #[test]
 fn every_tool_has_object_schemas_without_dangling_refs() {
-    assert_eq!(TOOLS.len(), 11);
+    assert_eq!(TOOLS.len(), 12);
     for tool in TOOLS.iter() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         let out = tool.output_schema.as_ref().expect("output schema");
