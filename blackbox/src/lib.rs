@@ -8,6 +8,7 @@
 
 pub mod check;
 pub mod email;
+pub mod filtered;
 pub mod hooks;
 pub mod mcp;
 pub mod requests;

@@ -365,6 +365,40 @@ pub async fn ask_person_end_to_end(base: &str) {
     let e = &polled.ok("poll_events")["events"][0];
     assert_eq!(e["type"], "request.answered", "{e}");
     assert_eq!(e["data"]["choice"], "Merge");
+    // `types` filters the feed (docs/API.md §21).
+    let polled = mcp
+        .call("poll_events", with(json!({"after": 0, "types": "state.*"})))
+        .await;
+    assert_eq!(
+        polled.ok("poll_events")["events"],
+        json!([]),
+        "nothing of state.*"
+    );
+    mcp.call("poll_events", with(json!({"types": "a..b"})))
+        .await
+        .expect_error("invalid_request", "a bad pattern");
+    // `wait_seconds`: the request, still open when the wait ends, with its URL; a bad wait is
+    // refused before anything is asked.
+    let waited = mcp
+        .call(
+            "ask_person",
+            with(json!({"title": "Tag the release?", "wait_seconds": 1})),
+        )
+        .await;
+    let request = waited.ok("ask_person")["request"].clone();
+    assert_eq!(request["status"], "open", "{request}");
+    assert!(
+        request["url"]
+            .as_str()
+            .is_some_and(|u| u.contains("/r/req_")),
+        "{request}"
+    );
+    mcp.call(
+        "ask_person",
+        with(json!({"title": "x", "wait_seconds": "soon"})),
+    )
+    .await
+    .expect_error("invalid_request", "a bad wait_seconds");
     mcp.call("ask_person", with(json!({"title": ""})))
         .await
         .expect_error("invalid_request", "an empty title");

@@ -86,6 +86,16 @@ pub async fn a_person_answers_while_the_agent_waits(c: &Client) {
             (r, started.elapsed())
         })
     };
+    // ... and on the request itself (docs/API.md §21).
+    let wait = {
+        let (c, path) = (c.clone(), format!("{}/requests/{id}?wait=20", a.root));
+        let token = a.token.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = c.get(&path, Some(&token)).await;
+            (r, started.elapsed())
+        })
+    };
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let page = c.get(&url, None).await;
@@ -121,6 +131,15 @@ pub async fn a_person_answers_while_the_agent_waits(c: &Client) {
     assert_eq!(e["data"]["request_id"], id.as_str());
     assert_eq!(e["data"]["choice"], "Hold");
     assert_eq!(e["data"]["comment"], "wait for QA & docs");
+
+    let (r, waited) = wait.await.expect("wait task");
+    r.expect_status(200, "the request's wait");
+    assert!(
+        waited < Duration::from_secs(10),
+        "the wait answered after {waited:?}"
+    );
+    assert_eq!(r.json["request"]["status"], "answered", "{}", r.text);
+    assert_eq!(r.json["request"]["answer"]["choice"], "Hold");
 
     let page = c.get(&url, None).await;
     page.expect_status(200, "the page after the answer");

@@ -58,6 +58,12 @@ pub async fn a_person_answers_while_the_agent_waits(d: &Deployment<'_>) {
         let (c, a) = (c.clone(), a.clone());
         tokio::spawn(async move { c.events(&a, "after=0&wait=25").await })
     };
+    // The request's own wait (docs/API.md §21) returns the answer given in the browser.
+    let wait = {
+        let (c, path) = (c.clone(), format!("{}/requests/{id}?wait=25", a.root));
+        let token = a.token.clone();
+        tokio::spawn(async move { c.get(&path, Some(&token)).await })
+    };
     let b = Browser::start(DESKTOP).await;
     b.open(&url).await;
     let title = b
@@ -88,6 +94,14 @@ pub async fn a_person_answers_while_the_agent_waits(d: &Deployment<'_>) {
     assert_eq!(e["data"]["request_id"], id.as_str());
     assert_eq!(e["data"]["choice"], "Ship");
     assert_eq!(e["data"]["comment"], "Go ahead <b>now</b>");
+    let w = wait.await.expect("wait task");
+    w.expect_status(200, "the request's wait");
+    assert_eq!(w.json["request"]["status"], "answered", "{}", w.text);
+    assert_eq!(w.json["request"]["answer"]["choice"], "Ship");
+    assert_eq!(
+        w.json["request"]["answer"]["comment"],
+        "Go ahead <b>now</b>"
+    );
 
     b.open(&url).await;
     b.until(SOON, "the decision, reopened", DECIDED, &[json!("Ship")])

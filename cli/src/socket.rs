@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use agentaddress_api::socket::{self as protocol, ClientFrame};
 use agentaddress_api::AppState;
+use agentaddress_core::store::TypeFilter;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
@@ -81,6 +82,8 @@ pub async fn upgrade(State(sockets): State<Sockets>, ws: WebSocketUpgrade) -> Re
 /// One subscription: the last sequence the client was told.
 struct Subscription {
     told: u64,
+    /// Only appends of these types notify (docs/API.md §21).
+    filter: Option<TypeFilter>,
 }
 
 async fn run(mut socket: WebSocket, sockets: Sockets) {
@@ -192,7 +195,20 @@ async fn tell(
     };
     let frame = match live {
         Some(last) if last > sub.told => {
+            let told = sub.told;
             sub.told = last;
+            if let Some(filter) = &sub.filter {
+                match matched_since(state, address_id, told, last, filter, now).await {
+                    Ok(true) => {}
+                    Ok(false) => return true,
+                    Err(e) => {
+                        // Told again at the next look (its liveness tick at the latest).
+                        tracing::warn!(error = %e, "a socket could not read a feed");
+                        sub.told = told;
+                        return true;
+                    }
+                }
+            }
             protocol::notify(address_id, last)
         }
         Some(_) => return true,
@@ -204,6 +220,29 @@ async fn tell(
         }
     };
     socket.send(text(&frame)).await.is_ok()
+}
+
+/// Whether an event that `filter` matches was appended to `address_id`'s feed after `told`,
+/// up to `last`: filtered reads of at most 1,000 events each, without their data beyond the
+/// first match.
+async fn matched_since(
+    state: &AppState, address_id: &str, told: u64, last: u64, filter: &TypeFilter, now: i64,
+) -> Result<bool, agentaddress_core::store::StoreError> {
+    let mut after = told;
+    while after < last {
+        let page = state
+            .store
+            .read_matching(address_id, after, filter, 1, 1, now)
+            .await?;
+        if !page.page.events.is_empty() {
+            return Ok(true);
+        }
+        if !page.page.has_more || page.examined_through <= after {
+            return Ok(false);
+        }
+        after = page.examined_through;
+    }
+    Ok(false)
 }
 
 /// Answers one client frame.
@@ -228,6 +267,7 @@ async fn handle(
         ClientFrame::Subscribe {
             address_id: id,
             read_token,
+            types,
         } => {
             let now = state.clock.now();
             let record = match protocol::authorize(state, &id, &read_token, now).await {
@@ -250,7 +290,13 @@ async fn handle(
                 Err(_) => record.last_sequence,
             };
             wakeups.insert(id.clone(), WatchStream::from_changes(rx));
-            subs.insert(id.clone(), Subscription { told: last });
+            subs.insert(
+                id.clone(),
+                Subscription {
+                    told: last,
+                    filter: types.map(TypeFilter::new),
+                },
+            );
             // A client whose cursor (`after`) is behind `last_sequence` reads the feed now.
             Some(protocol::subscribed(&id, last))
         }

@@ -90,6 +90,12 @@ async fn limits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_filtered_poll_wakes_only_for_a_match() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::filtered::a_filtered_poll_wakes_only_for_a_match(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn survives_restart() {
     let (c, mut server) = target().await;
     let restartable = server.as_mut().map(|s| s as &mut dyn Restartable);

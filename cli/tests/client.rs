@@ -510,6 +510,83 @@ async fn ask_a_person_and_poll_the_answer() {
     cli.assert_never_printed(&cli.token("deploy"));
 }
 
+/// `ask --wait` (docs/API.md §21): the page's URL on stderr at once, the request printed still
+/// open when the time is up, or answered (with the URL of the first answer) once answered;
+/// `poll --type` and `wait --type` read only matching events and pass over the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_waits_for_the_answer_and_poll_and_wait_filter_by_type() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let created = cli.create(&["create", "t"]).await;
+    let inbox = created["inbox_url"].as_str().unwrap_or_default().to_owned();
+    let ask = ["ask", "t", "Ship?", "--idempotency-key", "k1", "--wait"];
+    let out = cli.run(&[&ask[..], &["1"]].concat()).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let first = out.json();
+    assert_eq!(first["request"]["status"], "open", "{first}");
+    let url = first["request"]["url"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        out.stderr.contains("notice") && out.stderr.contains(&url),
+        "{out:?}"
+    );
+    let answered =
+        agentaddress_blackbox::requests::answer_form(&url, &[("choice", "Approve")]).await;
+    assert_eq!(answered.status(), 303);
+    let started = std::time::Instant::now();
+    let out = cli.run(&[&ask[..], &["20"]].concat()).await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let again = out.json();
+    assert_eq!(again["request"]["status"], "answered", "{again}");
+    assert_eq!(again["request"]["answer"]["choice"], "Approve");
+    assert_eq!(again["request"]["url"], url.as_str(), "the URL stays");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+
+    // Events 2..=5: ping, order.created, ping, order.paid (1 is the answer).
+    for t in ["ping", "order.created", "ping", "order.paid"] {
+        deliver(&inbox, &json!({"type": t})).await;
+    }
+    let polled = cli
+        .ok(&["poll", "t", "--type", "order.*", "--after", "1"])
+        .await;
+    let seqs: Vec<u64> = polled["events"]
+        .as_array()
+        .map(|e| e.iter().filter_map(|e| e["sequence"].as_u64()).collect())
+        .unwrap_or_default();
+    assert_eq!(seqs, vec![3, 5], "{polled}");
+    let polled = cli
+        .ok(&["poll", "t", "--type", "nothing", "--type", "request.*"])
+        .await;
+    assert_eq!(polled["events"][0]["type"], "request.answered", "{polled}");
+    assert_eq!(
+        polled["next_cursor"], 5,
+        "the cursor passes the rest: {polled}"
+    );
+    cli.fails(&["poll", "t", "--type", "a..b"], 2, "invalid_request")
+        .await;
+    let out = cli
+        .run(&[
+            "wait",
+            "t",
+            "--type",
+            "order.*",
+            "--after",
+            "3",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ])
+        .await;
+    assert_eq!(out.code, 0, "{out:?}");
+    let line: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(line["sequence"], 5, "{out:?}");
+    cli.assert_never_printed(&cli.token("t"));
+}
+
 /// The hint of every `unauthorized` (exit 5) error (docs/CLI.md, "Errors and exit codes").
 const URL_HINT: &str = "check --url: is this the server, and the database, that made the address?";
 

@@ -49,6 +49,15 @@ async fn a_wrong_token_learns_nothing_and_deletion_says_gone() {
     sockets::wrong_token_learns_nothing_and_deletion_says_gone(&Client::new(&s.base)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_socket_is_told_only_of_matches() {
+    let s = server().await;
+    agentaddress_blackbox::filtered::a_filtered_socket_is_told_only_of_matches(&Client::new(
+        &s.base,
+    ))
+    .await;
+}
+
 /// `serve` checks the subscribed addresses' liveness every 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expiry_says_gone() {

@@ -105,6 +105,7 @@ async fn frame(
         ClientFrame::Subscribe {
             address_id,
             read_token,
+            types,
         } => {
             let record = match protocol::authorize(state, &address_id, &read_token, now).await {
                 Ok(record) => record,
@@ -114,7 +115,7 @@ async fn frame(
                 .unwrap_or(Millis::MAX);
             let until = connected_at.saturating_add(lifetime);
             match store
-                .subscribe_socket(&address_id, connection_id, until, now)
+                .subscribe_socket(&address_id, connection_id, types.as_ref(), until, now)
                 .await
             {
                 Ok(Subscribed::Yes) => {

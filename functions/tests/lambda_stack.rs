@@ -26,6 +26,11 @@ async fn limits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_filtered_poll_wakes_only_for_a_match() {
+    agentaddress_blackbox::filtered::a_filtered_poll_wakes_only_for_a_match(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn survives_restart() {
     // Every invocation is a fresh process over DynamoDB: a fresh client is the restart.
     scenarios::survives_restart(&client(), None).await;

@@ -14,6 +14,11 @@ async fn every_append_is_covered_by_a_notify_under_16_writers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_socket_is_told_only_of_matches() {
+    agentaddress_blackbox::filtered::a_filtered_socket_is_told_only_of_matches(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_learns_nothing_and_deletion_says_gone() {
     sockets::wrong_token_learns_nothing_and_deletion_says_gone(&client()).await;
 }

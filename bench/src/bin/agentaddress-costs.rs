@@ -322,6 +322,65 @@ fn path(url: &Value) -> String {
     s.strip_prefix("http://costs.local").unwrap_or(s).to_owned()
 }
 
+/// A filtered page (docs/API.md §21) over 1,000 events none of which match: what its 1,000
+/// examined items cost, beside a page of 100 of the same events unfiltered (the anchor).
+async fn filtered_costs(b: &Bench) {
+    let (s, created) = b
+        .call(
+            "POST",
+            "/api/v1/addresses",
+            None,
+            Some(json!({"name": "filtered"})),
+        )
+        .await;
+    assert_eq!(s, 201, "{created}");
+    let token = read_token(&created);
+    let inbox = path(&created["endpoints"]["inbox_url"]);
+    let events = path(&created["endpoints"]["events_url"]);
+    for n in 0..1_000 {
+        let (s, v) = b
+            .call(
+                "POST",
+                &inbox,
+                None,
+                Some(json!({"type": "noise", "data": {"n": n}})),
+            )
+            .await;
+        assert_eq!(s, 202, "{v}");
+    }
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "GET",
+                    &format!("{events}?after=0&limit=100"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+            assert_eq!(v["events"].as_array().map(Vec::len), Some(100));
+        })
+        .await;
+    row("read a page of 100 small events (anchor)", u, d);
+    let (u, d) = b
+        .measure(|| async {
+            let (s, v) = b
+                .call(
+                    "GET",
+                    &format!("{events}?after=0&types=wanted.*"),
+                    Some(&token),
+                    None,
+                )
+                .await;
+            assert_eq!(s, 200, "{v}");
+            assert_eq!(v["events"].as_array().map(Vec::len), Some(0));
+            assert_eq!(v["next_cursor"], 1_000, "{v}");
+        })
+        .await;
+    row("filtered page over 1,000 small non-matching events", u, d);
+}
+
 fn row(what: &str, u: CapacityUsage, d: Duration) {
     println!(
         "| {what} | {} | {:.1} | {:.1} | {:.1} |",
@@ -453,6 +512,8 @@ async fn main() {
         })
         .await;
     row("read a page of ten 1 KB events", u, d);
+
+    filtered_costs(&b).await;
 
     let root = events.trim_end_matches("/events").to_owned();
     let (s, v) = b.call("GET", &root, Some(&token), None).await;
@@ -597,7 +658,7 @@ async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
                 .unwrap_or_else(|e| panic!("authorize: {e:?}"));
             let until = now + 2 * 3_600_000;
             let done = store
-                .subscribe_socket(id, connection, until, now)
+                .subscribe_socket(id, connection, None, until, now)
                 .await
                 .unwrap_or_else(|e| panic!("subscribe: {e}"));
             assert_eq!(done, agentaddress_aws::Subscribed::Yes);

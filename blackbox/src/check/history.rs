@@ -49,6 +49,15 @@ pub fn lossy_body(kind: usize, marker: &str) -> String {
 }
 
 /// Which part of the run issued a request.
+/// The `types` of the filtered consumers' polls (docs/API.md §21).
+pub const FILTER: &str = "state.*";
+
+/// Whether an event of `event_type` matches [`FILTER`]: `*` stands for one or more
+/// dot-separated segments, whatever they hold.
+pub fn filter_matches(event_type: &str) -> bool {
+    event_type.starts_with("state.")
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     /// Creating the addresses and reading the server's limits.
@@ -97,12 +106,14 @@ pub enum OpKind {
     /// `POST /api/v1/email/inbound?rcpt={email}` (the raw-MIME webhook door) of a message
     /// whose `Message-ID` and `Subject` carry `marker` (retries send the same bytes).
     Email { marker: String },
-    /// `GET {events_url}?after=..&wait=..&limit=..` by consumer `consumer`.
+    /// `GET {events_url}?after=..&wait=..&limit=..` by consumer `consumer`; `filtered`: with
+    /// `types=` [`FILTER`] (docs/API.md §21).
     Poll {
         consumer: usize,
         after: u64,
         limit: u64,
         wait: f64,
+        filtered: bool,
     },
     /// `GET {events_url}/{event_id}`.
     ReadEvent { event_id: String },

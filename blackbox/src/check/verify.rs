@@ -180,7 +180,7 @@ impl Verifier<'_> {
             self.push("feed_beyond_usage", addr, Some(i), d);
         }
 
-        self.consumers(a, &ops, last);
+        self.consumers(a, &ops, last, &feed);
 
         // Writes answered 2xx, by the sequence they claim, and the real-time index.
         let mut claims: HashMap<u64, Vec<usize>> = HashMap::new();

@@ -25,7 +25,8 @@ use tokio::time::Instant;
 
 use super::history::WakeSeen;
 use super::history::{
-    email_message, lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, LOSSY_BODIES,
+    email_message, lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, FILTER,
+    LOSSY_BODIES,
 };
 use super::http::{Recorder, Req};
 use super::wakes::Receiver;
@@ -591,11 +592,12 @@ impl Ctx {
             });
             slots.len() - 1
         };
+        // Every third address has a second consumer, which reads only [`FILTER`]'s events.
         let n = if a % 3 == 0 { 2 } else { 1 };
-        for _ in 0..n {
+        for k in 0..n {
             let c = self.next_consumer.fetch_add(1, Ordering::Relaxed);
             let ctx = Arc::clone(self);
-            let task = tokio::spawn(async move { ctx.consumer(a, c).await });
+            let task = tokio::spawn(async move { ctx.consumer(a, c, k == 1).await });
             Self::lock(&self.consumers).push(task);
         }
         a
@@ -1143,7 +1145,7 @@ impl Ctx {
     /// Reads the whole feed of address `a` with `after = next_cursor`, long-polling while the
     /// address is active, acking some events (some twice); once the address is sealed, reads up
     /// to its final `usage.last_sequence` and stops.
-    async fn consumer(self: Arc<Self>, a: usize, c: usize) {
+    async fn consumer(self: Arc<Self>, a: usize, c: usize, filtered: bool) {
         let who = format!("c{c}");
         let mut rng = StdRng::seed_from_u64(self.seed ^ 0x5bd1_e995 ^ ((c as u64 + 1) << 32));
         let (mut activity, pacer, addr) = {
@@ -1184,9 +1186,17 @@ impl Ctx {
                 (Phase::Workload, self.poll_wait)
             };
             let limit = 100;
+            let types = if filtered {
+                format!("&types={FILTER}")
+            } else {
+                String::new()
+            };
             let req = Req::new(
                 Method::GET,
-                format!("{}?after={cursor}&wait={wait}&limit={limit}", addr.events),
+                format!(
+                    "{}?after={cursor}&wait={wait}&limit={limit}{types}",
+                    addr.events
+                ),
             )
             .bearer(&addr.token);
             let kind = OpKind::Poll {
@@ -1194,6 +1204,7 @@ impl Ctx {
                 after: cursor,
                 limit,
                 wait,
+                filtered,
             };
             let o = self.rec.send(&who, phase, Some(a), kind, req).await;
             match o.status() {

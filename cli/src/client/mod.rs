@@ -154,6 +154,11 @@ pub struct AskArgs {
     /// same request and URL.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
+    /// Wait up to this many seconds for the answer (long polls of 25 s): the page's URL is
+    /// said on stderr at once, and the request is printed the moment it is answered or
+    /// expires (still open when the time is up).
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    wait: Option<u64>,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -234,8 +239,17 @@ pub struct PollArgs {
     /// Read after this sequence instead of the saved cursor (the saved cursor is unchanged).
     #[arg(long, value_name = "SEQUENCE")]
     after: Option<u64>,
+    /// Only events of this type or pattern (`email.*`, `request.answered`; repeatable). The
+    /// answer's `next_cursor` passes over the others.
+    #[arg(long = "type", value_name = "PATTERN")]
+    types: Vec<String>,
     #[command(flatten)]
     server: ServerArg,
+}
+
+/// The `types` query parameter of `--type` patterns (docs/API.md §21), if any.
+pub(crate) fn types_param(types: &[String]) -> Option<(&'static str, String)> {
+    (!types.is_empty()).then(|| ("types", types.join(",")))
 }
 
 #[derive(Debug, clap::Args)]
@@ -462,14 +476,77 @@ async fn ask(args: AskArgs, secret: &mut Option<String>) -> Result<Value> {
     if let Some(s) = args.expires_in {
         body.insert("expires_in_seconds".into(), s.into());
     }
-    api.call_with_key(
-        Method::POST,
-        &format!("addresses/{}/requests", saved.address_id),
-        Some(&saved.read_token),
-        &Value::Object(body),
-        args.idempotency_key.as_deref(),
-    )
-    .await
+    let created = api
+        .call_with_key(
+            Method::POST,
+            &format!("addresses/{}/requests", saved.address_id),
+            Some(&saved.read_token),
+            &Value::Object(body),
+            args.idempotency_key.as_deref(),
+        )
+        .await?;
+    match args.wait {
+        Some(seconds) => wait_for_answer(&api, &saved, created, seconds).await,
+        None => Ok(created),
+    }
+}
+
+/// `ask --wait`: says the page's URL on stderr, then long-polls the request (docs/API.md §21)
+/// until it is answered or expired or `seconds` have passed; the answer printed is the
+/// request as last read, with the URL of the creation's answer (shown only there).
+async fn wait_for_answer(
+    api: &Api, saved: &Credentials, mut created: Value, seconds: u64,
+) -> Result<Value> {
+    let id = api::field(&created, &["request", "id"])?
+        .as_str()
+        .ok_or_else(|| CliError::new("bad_response", "the request's id is not a string"))?
+        .to_owned();
+    let url = created["request"]["url"].as_str().unwrap_or_default();
+    let line = json!({"notice": {"mode": "waiting", "message": format!(
+        "give the person this page: {url} (waiting up to {seconds} s for the answer)"
+    )}});
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        redact(&line.to_string(), Some(&saved.read_token))
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let wait = left.as_secs().min(25);
+        let answer = api
+            .call(
+                Method::GET,
+                &format!("addresses/{}/requests/{id}", saved.address_id),
+                &[("wait", wait.to_string())],
+                Some(&saved.read_token),
+                None,
+                Duration::from_secs(wait),
+            )
+            .await;
+        let request = match answer {
+            Ok(v) => v["request"].clone(),
+            Err(e) if e.code() == "rate_limited" => {
+                let secs = e
+                    .get("retry_after_seconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1);
+                tokio::time::sleep(Duration::from_secs(secs.clamp(1, 60))).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let open = request["status"].as_str() == Some("open");
+        if let (Some(into), Some(from)) = (created["request"].as_object_mut(), request.as_object())
+        {
+            for (k, v) in from {
+                into.insert(k.clone(), v.clone());
+            }
+        }
+        if !open || tokio::time::Instant::now() >= deadline {
+            return Ok(created);
+        }
+    }
 }
 
 /// The task's saved credentials (the read token is remembered for redaction at once).
@@ -588,6 +665,7 @@ async fn poll(args: PollArgs, secret: &mut Option<String>) -> Result<Value> {
     if let Some(limit) = args.limit {
         query.push(("limit", limit.to_string()));
     }
+    query.extend(types_param(&args.types));
     let wait = Duration::from_secs(args.wait.unwrap_or(0));
     api.call(
         Method::GET,

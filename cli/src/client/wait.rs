@@ -57,6 +57,10 @@ pub struct WaitArgs {
     /// Exit with code 8 (`timed_out`) when no event arrives for this many seconds.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
     timeout: Option<u64>,
+    /// Only events of this type or pattern (`email.*`, `request.answered`; repeatable): the
+    /// others are passed over, and on the socket only matching appends notify.
+    #[arg(long = "type", value_name = "PATTERN")]
+    types: Vec<String>,
     /// Wait with long polls even where the server offers the wake-up socket.
     #[arg(long)]
     no_socket: bool,
@@ -74,6 +78,7 @@ pub async fn wait(args: WaitArgs, secret: &mut Option<String>) -> Result<()> {
     let mut waiter = Waiter {
         api,
         cursor: args.after.unwrap_or(saved.cursor),
+        types: super::types_param(&args.types),
         saved,
         printed: 0,
         count: args.count,
@@ -152,8 +157,11 @@ fn retry_after(e: &CliError) -> Duration {
 struct Waiter {
     api: Api,
     saved: Credentials,
-    /// The last sequence printed (or `--after` / the saved cursor): reads start after it.
+    /// The last sequence printed or passed over (or `--after` / the saved cursor): reads start
+    /// after it.
     cursor: u64,
+    /// `--type`'s patterns as the `types` query parameter.
+    types: Option<(&'static str, String)>,
     printed: u64,
     count: Option<u64>,
     last_event: Rc<Cell<Instant>>,
@@ -276,12 +284,16 @@ impl Waiter {
     /// One socket: subscribe with the cursor, read the feed on `subscribed` and on each
     /// `notify` past the cursor. `Ok(None)`: `--count` is reached.
     async fn session(&mut self, mut ws: Ws, backoff: &mut Duration) -> Result<Option<Closed>> {
-        let subscribe = json!({
+        let mut subscribe = json!({
             "action": "subscribe",
             "address_id": self.saved.address_id,
             "read_token": self.token(),
             "after": self.cursor,
         });
+        // Only matching appends notify (docs/API.md §21).
+        if let (Some((_, types)), Some(frame)) = (&self.types, subscribe.as_object_mut()) {
+            frame.insert("types".into(), json!(types.split(',').collect::<Vec<_>>()));
+        }
         if let Err(e) = ws.send(Message::Text(subscribe.to_string().into())).await {
             return Ok(Some(Closed::Retry(e.to_string())));
         }
@@ -422,6 +434,7 @@ impl Waiter {
         if wait > 0 {
             query.push(("wait", wait.to_string()));
         }
+        query.extend(self.types.clone());
         let page = self
             .api
             .call(
@@ -454,6 +467,12 @@ impl Waiter {
             self.last_event.set(Instant::now());
             if self.done() {
                 return Ok(false);
+            }
+        }
+        // A filtered page passes over the events that did not match (docs/API.md §21).
+        if self.types.is_some() {
+            if let Some(next) = page["next_cursor"].as_u64() {
+                self.cursor = self.cursor.max(next);
             }
         }
         let has_more = page["has_more"].as_bool().unwrap_or(false);

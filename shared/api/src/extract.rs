@@ -524,6 +524,9 @@ pub struct FeedQuery {
     /// How long to hold the request while the feed is empty: `wait` seconds, clamped to the
     /// server's longest wait; zero by default.
     pub wait: Duration,
+    /// Only events of these types (docs/API.md §21), examining at most
+    /// [`crate::store::MAX_EXAMINED`] per page; every event by default.
+    pub types: Option<crate::domain::patterns::TypePatterns>,
 }
 
 /// Parses the feed query ([`FeedParams`]). `after` is a non-negative decimal integer up to
@@ -538,6 +541,7 @@ pub fn parse_feed_query(query: Option<&str>, max_wait_seconds: u64) -> Result<Fe
         after: params.after.unwrap_or(0),
         limit: usize::try_from(limit).unwrap_or(usize::MAX),
         wait: Duration::from_secs_f64(params.wait.unwrap_or(0.0).min(max_wait_seconds as f64)),
+        types: params.types,
     })
 }
 

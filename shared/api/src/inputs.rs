@@ -21,6 +21,7 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 use super::ApiError;
 use crate::domain::label::validate_label;
 use crate::domain::mail_out::{check_subject, check_text, is_code_shaped, parse_contact_email};
+use crate::domain::patterns::{TypePatterns, MAX_PATTERNS, MAX_PATTERN_CHARS};
 use crate::domain::request::{
     CommentMode, BODY_MAX_CHARS, COMMENT_MAX_CHARS, OPTIONS_MAX, OPTION_MAX_CHARS,
     REQUEST_EXPIRES_MAX_SECONDS, REQUEST_EXPIRES_MIN_SECONDS, TITLE_MAX_CHARS,
@@ -268,11 +269,31 @@ pub struct FeedParams {
     #[serde(default, deserialize_with = "wait")]
     #[schema(schema_with = wait_schema)]
     pub wait: Option<f64>,
+    #[serde(default, deserialize_with = "type_patterns")]
+    #[schema(schema_with = type_patterns_schema)]
+    pub types: Option<TypePatterns>,
 }
 
 impl Fields for FeedParams {}
 
 impl IntoParams for FeedParams {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        query_parameters::<Self>()
+    }
+}
+
+/// The query of `GET {root}/requests/{request_id}` (docs/API.md §21): how long to wait for
+/// the person's answer (or the request's expiry).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+pub struct RequestWaitParams {
+    #[serde(default, deserialize_with = "wait")]
+    #[schema(schema_with = request_wait_schema)]
+    pub wait: Option<f64>,
+}
+
+impl Fields for RequestWaitParams {}
+
+impl IntoParams for RequestWaitParams {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
         query_parameters::<Self>()
     }
@@ -285,6 +306,9 @@ pub struct StreamParams {
     #[serde(default, deserialize_with = "after")]
     #[schema(schema_with = stream_after_schema)]
     pub after: Option<u64>,
+    #[serde(default, deserialize_with = "type_patterns")]
+    #[schema(schema_with = type_patterns_schema)]
+    pub types: Option<TypePatterns>,
 }
 
 impl Fields for StreamParams {}

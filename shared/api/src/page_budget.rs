@@ -25,7 +25,7 @@ use axum::body::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::store::{Event, EventPage, StoreError};
+use crate::store::{Event, EventPage, MatchingPage, StoreError, TypeFilter};
 use crate::AppState;
 
 /// The byte cap of one page of events (docs/API.md §4).
@@ -246,21 +246,33 @@ const EVENT_OVERHEAD: u64 = 64 * 1024;
 /// room for all of them; once encoded, only the bytes stay charged.
 pub const WORKING_COPIES: u64 = 3;
 
-/// Reads the page of `address_id`'s feed after `after` (at most `limit` events) within the page
-/// budget, waiting until `deadline` for memory when not even the next event fits. `None`: no
-/// memory came by then. The charge returned holds room for [`WORKING_COPIES`] of the page:
-/// the caller encodes it, then makes the charge the encoded size ([`Charge::into_body`]).
-/// Without a budget (Lambda) the page is cut at 4 MiB and holds no charge. An empty page holds
-/// no memory either.
+/// Reads the page of `address_id`'s feed after `after` (at most `limit` events, of the types of
+/// `filter` when one is given) within the page budget, waiting until `deadline` for memory when
+/// not even the next event fits. `None`: no memory came by then. The charge returned holds room
+/// for [`WORKING_COPIES`] of the page: the caller encodes it, then makes the charge the encoded
+/// size ([`Charge::into_body`]). Without a budget (Lambda) the page is cut at 4 MiB and holds
+/// no charge. An empty page holds no memory either.
 pub(crate) async fn read_page(
-    state: &AppState, client: &str, address_id: &str, after: u64, limit: usize, deadline: Instant,
-) -> Result<Option<(EventPage, Option<Charge>)>, StoreError> {
+    state: &AppState, client: &str, address_id: &str, after: u64, filter: Option<&TypeFilter>,
+    limit: usize, deadline: Instant,
+) -> Result<Option<(MatchingPage, Option<Charge>)>, StoreError> {
     let store = &state.store;
+    let read = |max_bytes: u64| async move {
+        let now = state.clock.now();
+        match filter {
+            None => store
+                .read_events(address_id, after, limit, max_bytes, now)
+                .await
+                .map(|page| MatchingPage::all(page, after)),
+            Some(f) => {
+                store
+                    .read_matching(address_id, after, f, limit, max_bytes, now)
+                    .await
+            }
+        }
+    };
     let Some(budget) = &state.page_budget else {
-        let page = store
-            .read_events(address_id, after, limit, PAGE_MAX_BYTES, state.clock.now())
-            .await?;
-        return Ok(Some((page, None)));
+        return Ok(Some((read(PAGE_MAX_BYTES).await?, None)));
     };
     // A read is only started with room for the largest event, so that it never reads (and
     // then drops) an event it cannot keep; what the page does not need is given back at once.
@@ -279,7 +291,7 @@ pub(crate) async fn read_page(
                     events: Vec::new(),
                     has_more: false,
                 };
-                return Ok(Some((page, None)));
+                return Ok(Some((MatchingPage::all(page, after), None)));
             }
             match budget.reserve(client, largest, deadline).await {
                 Some(c) => charge = c,
@@ -287,10 +299,9 @@ pub(crate) async fn read_page(
             }
         }
         let max_bytes = (charge.bytes() / WORKING_COPIES).max(1);
-        let page = store
-            .read_events(address_id, after, limit, max_bytes, state.clock.now())
-            .await?;
-        let needed: u64 = page.events.iter().map(Event::page_bytes).sum::<u64>() * WORKING_COPIES;
+        let page = read(max_bytes).await?;
+        let needed: u64 =
+            page.page.events.iter().map(Event::page_bytes).sum::<u64>() * WORKING_COPIES;
         // An event larger than a whole share (only with a share set below the largest event)
         // goes out alone once the client holds its whole share.
         if charge.try_resize(needed) || charge.bytes() >= budget.share() {

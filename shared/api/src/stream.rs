@@ -37,7 +37,7 @@ use super::inputs::{parse_fields, StreamParams};
 use super::page_budget;
 use super::{ApiError, AppState};
 use crate::domain::Millis;
-use crate::store::{Event, StoreError};
+use crate::store::{Event, MatchingPage, StoreError, TypeFilter};
 
 /// A comment line goes out when nothing was sent for this long (docs/API.md §14).
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
@@ -125,6 +125,7 @@ pub async fn stream_events(
         address_id,
         client,
         cursor: after,
+        filter: params.types.map(TypeFilter::new),
         wakeups,
         end,
         heartbeat: settings.heartbeat,
@@ -198,6 +199,8 @@ struct Feed {
     /// page memory (`serve`'s page budget) until the server has written it. The stream reads
     /// no further page while one is pending.
     pending: VecDeque<Bytes>,
+    /// Only events of these types (docs/API.md §21).
+    filter: Option<TypeFilter>,
     /// Counts the stream in `agentaddress_streams_open` while it lives.
     _open: crate::metrics::Open,
 }
@@ -213,6 +216,8 @@ enum Read {
     Events,
     /// The feed has nothing after the cursor.
     Empty,
+    /// A filtered read examined its most events without a match, and more follow: read on.
+    Passed,
     /// Not even the next event fits in the page memory free for this client: nothing was
     /// read (the feed keeps it), try again.
     NoMemory,
@@ -249,7 +254,7 @@ impl Feed {
                 _ = shutdown.changed() => return None,
             };
             match read {
-                Ok(Read::Events) => continue,
+                Ok(Read::Events | Read::Passed) => continue,
                 Ok(Read::Empty) => {}
                 Ok(Read::NoMemory) => {
                     // Waited for memory until the heartbeat was due: say the stream lives.
@@ -291,6 +296,7 @@ impl Feed {
             &self.client,
             &self.address_id,
             self.cursor,
+            self.filter.as_ref(),
             PAGE_EVENTS,
             memory_deadline,
         )
@@ -299,11 +305,24 @@ impl Feed {
             StoreError::AddressNotFound => ApiError::AddressGone,
             other => other.into(),
         })?;
-        let Some((page, mut charge)) = read else {
+        let Some((
+            MatchingPage {
+                page,
+                examined_through,
+            },
+            mut charge,
+        )) = read
+        else {
             return Ok(Read::NoMemory);
         };
         if page.events.is_empty() {
-            return Ok(Read::Empty);
+            // A filtered stream passes over what it examined (docs/API.md §21).
+            self.cursor = examined_through;
+            return Ok(if page.has_more {
+                Read::Passed
+            } else {
+                Read::Empty
+            });
         }
         let encoded = page
             .events

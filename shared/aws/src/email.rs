@@ -84,6 +84,7 @@ impl Emails for DynamoStore {
     async fn append_email(
         &self, id: &str, email: NewEmail, limits: &Limits, now: Millis,
     ) -> StoreResult<Appended> {
+        let appended = vec![email.event.event_type.clone()];
         let commit = async {
             let bucket = self.bucket()?;
             self.live(id, now).await?;
@@ -150,8 +151,10 @@ impl Emails for DynamoStore {
             }
             result
         };
-        self.telling(now, commit, |a| Tell::Head(id.to_owned(), a.event.sequence))
-            .await
+        self.telling(now, commit, |a| {
+            Tell::Head(id.to_owned(), a.event.sequence, appended)
+        })
+        .await
     }
 
     async fn email_of_event(

@@ -13,8 +13,8 @@ use crate::item::*;
 use crate::retry::{resend_on_conflict, with_append_retries};
 use crate::store::rules;
 use crate::store::{
-    Acked, Appended, Event, EventPage, EventRef, IdempotencyClaim, NewEvent, StoreError,
-    StoreResult,
+    Acked, Appended, Event, EventPage, EventRef, IdempotencyClaim, MatchingPage, NewEvent,
+    StoreError, StoreResult, TypeFilter,
 };
 use crate::{DynamoStore, Item};
 
@@ -60,6 +60,7 @@ impl Feed for DynamoStore {
         &self, id: &str, event: NewEvent, claim: Option<IdempotencyClaim>, limits: &Limits,
         now: Millis,
     ) -> StoreResult<Appended> {
+        let appended = vec![event.event_type.clone()];
         let commit = async {
             let record = claim.as_ref().map(Claim::delivery);
             let (event, claim, record) = (&event, claim.as_ref(), record.as_ref());
@@ -103,85 +104,26 @@ impl Feed for DynamoStore {
             })
             .await
         };
-        self.telling(now, commit, |a| Tell::Head(id.to_owned(), a.event.sequence))
-            .await
+        self.telling(now, commit, |a| {
+            Tell::Head(id.to_owned(), a.event.sequence, appended)
+        })
+        .await
     }
 
     async fn read_events(
         &self, id: &str, after: u64, limit: usize, max_bytes: u64, now: Millis,
     ) -> StoreResult<EventPage> {
-        self.live(id, now).await?;
-        let mut events: Vec<Event> = Vec::new();
-        let mut bytes = 0u64;
-        let mut start: Option<Item> = None;
-        let mut pending: Option<(Item, String, u64)> = None;
-        let lo = event_sk(after.saturating_add(1));
-        loop {
-            let out = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :lo AND :hi")
-                .expression_attribute_values(":pk", s(pk(id)))
-                .expression_attribute_values(":lo", s(&lo))
-                .expression_attribute_values(":hi", s("E#~"))
-                .consistent_read(true)
-                .limit(i32::try_from(limit + 2).unwrap_or(102))
-                .set_exclusive_start_key(start.take())
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .tally(&self.metrics)
-                .map_err(|e| sdk_err("Query events", e))?;
-            for item in out.items() {
-                if let Some(part) = get_s(item, "part") {
-                    if let Some((_, data, _)) = pending.as_mut() {
-                        data.push_str(&part);
-                    }
-                    continue;
-                }
-                if let Some((head, data, _)) = pending.take() {
-                    let e = event_from(&head, data)?;
-                    if !events.is_empty() && bytes + e.page_bytes() > max_bytes {
-                        return Ok(EventPage {
-                            events,
-                            has_more: true,
-                        });
-                    }
-                    bytes += e.page_bytes();
-                    events.push(e);
-                }
-                if get_i(item, "expires_at").is_none_or(|e| e <= now) {
-                    continue;
-                }
-                if events.len() == limit {
-                    return Ok(EventPage {
-                        events,
-                        has_more: true,
-                    });
-                }
-                let f = Fields::of(item, "event");
-                pending = Some((item.clone(), f.s("data")?, f.count("chunks")?));
-            }
-            match out.last_evaluated_key {
-                Some(k) => start = Some(k),
-                None => break,
-            }
-        }
-        if let Some((head, data, _)) = pending.take() {
-            let e = event_from(&head, data)?;
-            if !events.is_empty() && bytes + e.page_bytes() > max_bytes {
-                return Ok(EventPage {
-                    events,
-                    has_more: true,
-                });
-            }
-            events.push(e);
-        }
-        Ok(EventPage {
-            events,
-            has_more: false,
-        })
+        Ok(self
+            .read_feed(id, after, None, limit, max_bytes, now)
+            .await?
+            .page)
+    }
+
+    async fn read_matching(
+        &self, id: &str, after: u64, filter: &TypeFilter, limit: usize, max_bytes: u64, now: Millis,
+    ) -> StoreResult<MatchingPage> {
+        self.read_feed(id, after, Some(filter), limit, max_bytes, now)
+            .await
     }
 
     async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event> {
@@ -243,5 +185,125 @@ impl Feed for DynamoStore {
 
     async fn feed_head_hint(&self, id: &str, now: Millis) -> StoreResult<u64> {
         self.feed_head(id, now, false).await
+    }
+}
+
+impl DynamoStore {
+    /// The feed after `after` (every event, or those `filter` matches among at most
+    /// `filter.examine`), joining each event's chunk items. A filter is applied here, after the
+    /// read: DynamoDB charges the items examined either way, and a `FilterExpression` cannot
+    /// say a pattern's whole segments.
+    async fn read_feed(
+        &self, id: &str, after: u64, filter: Option<&TypeFilter>, limit: usize, max_bytes: u64,
+        now: Millis,
+    ) -> StoreResult<MatchingPage> {
+        self.live(id, now).await?;
+        let mut page = PageBuilder {
+            events: Vec::new(),
+            bytes: 0,
+            max_bytes,
+            examined_through: after,
+        };
+        let mut examined = 0usize;
+        let mut start: Option<Item> = None;
+        // The event being read (its head, its data so far); chunk items follow their head.
+        let mut pending: Option<(Item, String)> = None;
+        let lo = event_sk(after.saturating_add(1));
+        // Items per Query: the page and two more (a chunk, the next head) unfiltered; the
+        // examined bound and one more filtered.
+        let per_query = match filter {
+            None => limit.saturating_add(2),
+            Some(f) => f.examine.saturating_add(1),
+        };
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND sk BETWEEN :lo AND :hi")
+                .expression_attribute_values(":pk", s(pk(id)))
+                .expression_attribute_values(":lo", s(&lo))
+                .expression_attribute_values(":hi", s("E#~"))
+                .consistent_read(true)
+                .limit(i32::try_from(per_query).unwrap_or(1_000))
+                .set_exclusive_start_key(start.take())
+                .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                .send()
+                .await
+                .tally(&self.metrics)
+                .map_err(|e| sdk_err("Query events", e))?;
+            for item in out.items() {
+                if let Some(part) = get_s(item, "part") {
+                    if let Some((_, data)) = pending.as_mut() {
+                        data.push_str(&part);
+                    }
+                    continue;
+                }
+                if let Some((head, data)) = pending.take() {
+                    if !page.push(event_from(&head, data)?) {
+                        return Ok(page.done(true));
+                    }
+                }
+                if get_i(item, "expires_at").is_none_or(|e| e <= now) {
+                    continue;
+                }
+                let f = Fields::of(item, "event");
+                if let Some(filter) = filter {
+                    if examined == filter.examine {
+                        return Ok(page.done(true));
+                    }
+                    examined += 1;
+                    if !filter.types.matches(&f.s("type")?) {
+                        page.examined_through = f.u("seq")?;
+                        continue;
+                    }
+                }
+                if page.events.len() == limit {
+                    return Ok(page.done(true));
+                }
+                pending = Some((item.clone(), f.s("data")?));
+            }
+            match out.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        if let Some((head, data)) = pending.take() {
+            if !page.push(event_from(&head, data)?) {
+                return Ok(page.done(true));
+            }
+        }
+        Ok(page.done(false))
+    }
+}
+
+/// The events of a page being read, cut at `max_bytes` (never empty when an event was read).
+struct PageBuilder {
+    events: Vec<Event>,
+    bytes: u64,
+    max_bytes: u64,
+    examined_through: u64,
+}
+
+impl PageBuilder {
+    /// Adds `e` unless the page is full; false when it is.
+    fn push(&mut self, e: Event) -> bool {
+        if !self.events.is_empty() && self.bytes + e.page_bytes() > self.max_bytes {
+            return false;
+        }
+        self.bytes += e.page_bytes();
+        self.examined_through = e.sequence;
+        self.events.push(e);
+        true
+    }
+
+    fn done(self, has_more: bool) -> MatchingPage {
+        MatchingPage {
+            page: EventPage {
+                events: self.events,
+                has_more,
+            },
+            examined_through: self.examined_through,
+        }
     }
 }

@@ -605,6 +605,7 @@ impl Hooks for DynamoStore {
     async fn save_hook(
         &self, id: &str, hook: HookRecord, events: Vec<NewEvent>, limits: &Limits, now: Millis,
     ) -> StoreResult<Option<HookRecord>> {
+        let appended: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
         let commit = async {
             let (hook, events) = (&hook, &events);
             // One for every attempt of this save: a later attempt recognises an earlier one.
@@ -632,7 +633,7 @@ impl Hooks for DynamoStore {
         };
         let (saved, _) = self
             .telling(now, commit, |(_, head)| match head {
-                Some(head) => Tell::Head(id.to_owned(), *head),
+                Some(head) => Tell::Head(id.to_owned(), *head, appended),
                 None => Tell::Nothing,
             })
             .await?;

@@ -297,9 +297,11 @@ impl DynamoStore {
     ) -> StoreResult<T> {
         let done = commit.await?;
         match tell(&done) {
-            Tell::Head(id, sequence) => self.tell_sockets(&id, Some(sequence), now).await,
-            Tell::ReadHead(id) => self.tell_head(&id, now).await,
-            Tell::Gone(id) => self.tell_sockets(&id, None, now).await,
+            Tell::Head(id, sequence, types) => {
+                self.tell_sockets(&id, Some(sequence), &types, now).await
+            }
+            Tell::ReadHead(id, types) => self.tell_head(&id, &types, now).await,
+            Tell::Gone(id) => self.tell_sockets(&id, None, &[], now).await,
             Tell::Nothing => {}
         }
         Ok(done)
@@ -307,12 +309,12 @@ impl DynamoStore {
 
     /// Tells the address's sockets its feed's head, read now (after appends whose sequence the
     /// caller does not hold).
-    async fn tell_head(&self, id: &str, now: Millis) {
+    async fn tell_head(&self, id: &str, types: &[String], now: Millis) {
         if self.sockets.is_none() {
             return;
         }
         match self.feed_head(id, now, true).await {
-            Ok(head) => self.tell_sockets(id, Some(head), now).await,
+            Ok(head) => self.tell_sockets(id, Some(head), types, now).await,
             Err(e) => {
                 tracing::warn!(address_id = %id, error = %e, "cannot read the feed's head for its sockets")
             }
@@ -337,10 +339,12 @@ impl DynamoStore {
 
 /// Whom [`DynamoStore::telling`] tells after a commit, and what.
 pub(crate) enum Tell {
-    /// The address's feed head is this sequence.
-    Head(String, u64),
-    /// The address's feed grew by appends whose sequence the commit does not hold: read it.
-    ReadHead(String),
+    /// The address's feed head is this sequence, after appends of these types (docs/API.md
+    /// §21: a socket subscribed to types is told only of a matching one).
+    Head(String, u64, Vec<String>),
+    /// The address's feed grew by appends of these types whose sequence the commit does not
+    /// hold: read it.
+    ReadHead(String, Vec<String>),
     /// The address is gone.
     Gone(String),
     Nothing,

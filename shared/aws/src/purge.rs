@@ -290,7 +290,7 @@ pub async fn handle_purge_message(
     }
     // Its sockets are told `gone` before their subscriptions go with the rest (the deletion
     // told them already, unless that failed or raced this purge).
-    store.tell_sockets(&id, None, now).await;
+    store.tell_sockets(&id, None, &[], now).await;
     let mut total = 0;
     for _ in 0..steps.max(1) {
         let step = store.purge_address(&id, 500, now).await?;

@@ -649,9 +649,11 @@ impl Requests for DynamoStore {
             .await
         };
         self.telling(now, commit, |o| match o {
-            AnswerOutcome::Answered { request, event } => {
-                Tell::Head(request.address_id.clone(), event.sequence)
-            }
+            AnswerOutcome::Answered { request, event } => Tell::Head(
+                request.address_id.clone(),
+                event.sequence,
+                vec![rules::ANSWERED_TYPE.to_owned()],
+            ),
             _ => Tell::Nothing,
         })
         .await
@@ -716,7 +718,7 @@ impl Requests for DynamoStore {
         };
         self.telling(now, commit, |n| {
             if *n > 0 {
-                Tell::ReadHead(id.to_owned())
+                Tell::ReadHead(id.to_owned(), vec![rules::EXPIRED_TYPE.to_owned()])
             } else {
                 Tell::Nothing
             }

@@ -225,6 +225,7 @@ impl Sends for DynamoStore {
     async fn record_send(
         &self, id: &str, send: NewSend, limits: &Limits, now: Millis,
     ) -> StoreResult<SendRecorded> {
+        let appended = vec![send.event.event_type.clone()];
         let commit = async {
             let send = &send;
             let day = utc_day(now);
@@ -292,8 +293,10 @@ impl Sends for DynamoStore {
             })
             .await
         };
-        self.telling(now, commit, |r| Tell::Head(id.to_owned(), r.event.sequence))
-            .await
+        self.telling(now, commit, |r| {
+            Tell::Head(id.to_owned(), r.event.sequence, appended)
+        })
+        .await
     }
 
     async fn claim_send(
@@ -343,6 +346,10 @@ impl Sends for DynamoStore {
         &self, id: &str, send_id: &str, outcome: SendOutcome, limits: &Limits, now: Millis,
     ) -> StoreResult<()> {
         let failed = matches!(outcome, SendOutcome::Failed { .. });
+        let appended = match &outcome {
+            SendOutcome::Failed { event, .. } => vec![event.event_type.clone()],
+            _ => Vec::new(),
+        };
         let commit = async {
             let outcome = &outcome;
             with_append_retries(|| async move {
@@ -445,7 +452,7 @@ impl Sends for DynamoStore {
         };
         self.telling(now, commit, |_| {
             if failed {
-                Tell::ReadHead(id.to_owned())
+                Tell::ReadHead(id.to_owned(), appended)
             } else {
                 Tell::Nothing
             }

@@ -44,6 +44,7 @@ use aws_sdk_dynamodb::types::{
 };
 
 use crate::capacity::Tally;
+use crate::domain::patterns::{matches_any, TypePatterns};
 use crate::domain::{socket, Millis};
 use crate::item::*;
 use crate::store::{StoreError, StoreResult};
@@ -106,8 +107,11 @@ impl DynamoStore {
 
     /// Subscribes `connection_id` to `address_id` until `until` (the connection's start plus
     /// [`SUBSCRIPTION_LIFETIME`]). The caller has checked the read token.
+    /// With `types`, only appends of those types notify it (docs/API.md §21); a subscription's
+    /// types are those of its first subscribe.
     pub async fn subscribe_socket(
-        &self, address_id: &str, connection_id: &str, until: Millis, now: Millis,
+        &self, address_id: &str, connection_id: &str, types: Option<&TypePatterns>, until: Millis,
+        now: Millis,
     ) -> StoreResult<Subscribed> {
         let ttl = n(ttl_secs(until));
         // Each round commits at least one of the racing subscribes, and a subscribe that finds
@@ -150,14 +154,17 @@ impl DynamoStore {
                 };
                 u.build().map_err(build_err)?
             };
-            let sub = Put::builder()
+            let mut sub = Put::builder()
                 .table_name(&self.table)
                 .item("pk", s(pk(address_id)))
                 .item("sk", s(sub_sk(connection_id)))
                 .item("conn", s(connection_id))
-                .item("ttl", ttl.clone())
-                .build()
-                .map_err(build_err)?;
+                .item("ttl", ttl.clone());
+            if let Some(types) = types {
+                let list = types.as_slice().iter().map(s).collect();
+                sub = sub.item("types", AttributeValue::L(list));
+            }
+            let sub = sub.build().map_err(build_err)?;
             let conn = Update::builder()
                 .table_name(&self.table)
                 .set_key(Some(key(conn_pk(connection_id), CONN_SK.into())))
@@ -307,34 +314,68 @@ impl DynamoStore {
     pub async fn live_subscribers(
         &self, address_id: &str, now: Millis,
     ) -> StoreResult<Vec<String>> {
+        Ok(self
+            .live_subscriptions(address_id, now)
+            .await?
+            .into_iter()
+            .map(|(conn, _)| conn)
+            .collect())
+    }
+
+    /// [`DynamoStore::live_subscribers`] with each subscription's types (`None`: every
+    /// append notifies it).
+    async fn live_subscriptions(
+        &self, address_id: &str, now: Millis,
+    ) -> StoreResult<Vec<(String, Option<Vec<String>>)>> {
         let now_secs = now.div_euclid(1000);
         Ok(self
             .items_with_prefix(
                 address_id,
                 "W#",
-                "conn, #ttl",
-                &[("#ttl", "ttl")],
+                "conn, #ttl, #types",
+                &[("#ttl", "ttl"), ("#types", "types")],
                 "Query subscriptions",
             )
             .await?
             .iter()
             .filter(|item| get_i(item, "ttl").is_none_or(|t| t > now_secs))
-            .filter_map(|item| get_s(item, "conn"))
+            .filter_map(|item| {
+                let types = match item.get("types") {
+                    Some(AttributeValue::L(list)) => Some(
+                        list.iter()
+                            .filter_map(|v| v.as_s().ok().cloned())
+                            .collect::<Vec<_>>(),
+                    ),
+                    _ => None,
+                };
+                get_s(item, "conn").map(|conn| (conn, types))
+            })
             .collect())
     }
 
     /// Tells the sockets subscribed to `address_id` (if this store has a poster): `notify`
     /// with `last_sequence`, or `gone` when `last_sequence` is `None` (the address was
-    /// deleted). Never fails: the commit it follows stands; a failure is logged, a connection
-    /// API Gateway calls gone is unsubscribed.
+    /// deleted). `appended`: the types of the events the commit appended, so that a
+    /// subscription with types is told only of a matching one (empty: not known, every
+    /// subscription is told). Never fails: the commit it follows stands; a failure is logged, a
+    /// connection API Gateway calls gone is unsubscribed.
     pub(crate) async fn tell_sockets(
-        &self, address_id: &str, last_sequence: Option<u64>, now: Millis,
+        &self, address_id: &str, last_sequence: Option<u64>, appended: &[String], now: Millis,
     ) {
         let Some(poster) = self.sockets.as_deref() else {
             return;
         };
-        let subscribers = match self.live_subscribers(address_id, now).await {
-            Ok(s) => s,
+        let subscribers: Vec<String> = match self.live_subscriptions(address_id, now).await {
+            Ok(s) => s
+                .into_iter()
+                .filter(|(_, types)| match (last_sequence, types) {
+                    (Some(_), Some(types)) if !appended.is_empty() => {
+                        appended.iter().any(|t| matches_any(types, t))
+                    }
+                    _ => true,
+                })
+                .map(|(conn, _)| conn)
+                .collect(),
             Err(e) => {
                 tracing::warn!(%address_id, error = %e, "cannot read the address's sockets");
                 return;
@@ -403,13 +444,13 @@ impl DynamoStore {
             // Its tombstone is gone too (purged, or forgotten by its TTL): whatever socket is
             // still subscribed is told.
             None => {
-                self.tell_sockets(address_id, None, now).await;
+                self.tell_sockets(address_id, None, &[], now).await;
                 return Ok(());
             }
         };
         if record.is_gone(now) {
             tracing::info!(%address_id, "expiry watch: the address is gone; telling its sockets");
-            self.tell_sockets(address_id, None, now).await;
+            self.tell_sockets(address_id, None, &[], now).await;
             return Ok(());
         }
         // No longer expires, or nobody listens: the watch ends (a later subscribe starts one).

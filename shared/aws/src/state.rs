@@ -110,8 +110,14 @@ impl States for DynamoStore {
             })
             .await
         };
-        self.telling(now, commit, |w| Tell::Head(id.to_owned(), w.event.sequence))
-            .await
+        self.telling(now, commit, |w| {
+            Tell::Head(
+                id.to_owned(),
+                w.event.sequence,
+                vec![rules::UPDATED_TYPE.to_owned()],
+            )
+        })
+        .await
     }
 
     async fn delete_state(
@@ -158,8 +164,14 @@ impl States for DynamoStore {
             })
             .await
         };
-        self.telling(now, commit, |d| Tell::Head(id.to_owned(), d.event.sequence))
-            .await
+        self.telling(now, commit, |d| {
+            Tell::Head(
+                id.to_owned(),
+                d.event.sequence,
+                vec![rules::DELETED_TYPE.to_owned()],
+            )
+        })
+        .await
     }
 }
 

@@ -838,7 +838,7 @@ mod expiry_watches {
     async fn subscribe(store: &DynamoStore, id: &str, conn: &str, expires: Option<i64>, now: i64) {
         assert_eq!(
             store
-                .subscribe_socket(id, conn, UNTIL, now)
+                .subscribe_socket(id, conn, None, UNTIL, now)
                 .await
                 .expect("subscribe"),
             Subscribed::Yes
@@ -881,18 +881,18 @@ mod expiry_watches {
             vec![id.clone()]
         );
         assert_eq!(store.live_subscribers(&id, T0).await, Ok(vec![]));
-        let again = store.subscribe_socket(&id, &c("F"), UNTIL, T0).await;
+        let again = store.subscribe_socket(&id, &c("F"), None, UNTIL, T0).await;
         assert_eq!(again, Ok(Subscribed::Closed), "after its $disconnect");
         // A connection that never subscribed is marked too.
         assert_eq!(store.drop_connection(&c("G"), T0).await, Ok(vec![]));
-        let late = store.subscribe_socket(&id, &c("G"), UNTIL, T0).await;
+        let late = store.subscribe_socket(&id, &c("G"), None, UNTIL, T0).await;
         assert_eq!(late, Ok(Subscribed::Closed));
         assert_eq!(store.live_subscribers(&id, T0).await, Ok(vec![]));
 
         for n in 0..12 {
             let conn = format!("race{n}=");
             let (subscribed, dropped) = tokio::join!(
-                store.subscribe_socket(&id, &conn, UNTIL, T0),
+                store.subscribe_socket(&id, &conn, None, UNTIL, T0),
                 store.drop_connection(&conn, T0)
             );
             let subscribed = subscribed.expect("subscribe");
@@ -976,7 +976,7 @@ mod expiry_watches {
             let other = address(&store, None).await;
             assert_eq!(
                 store
-                    .subscribe_socket(&other, &c("A"), UNTIL, expires + 1_000 + n)
+                    .subscribe_socket(&other, &c("A"), None, UNTIL, expires + 1_000 + n)
                     .await
                     .expect("subscribe"),
                 Subscribed::Yes,

@@ -226,6 +226,28 @@ pub(crate) fn rest_request(
             body_of(field_names::<HookRequest>()),
         ),
     };
+    finish(method, uri, body, kind == ToolKind::SendEmail, args, parts)
+}
+
+/// `ask_person`'s wait (`wait_seconds`): `GET {root}/requests/{request_id}?wait=S` with the
+/// call's credentials (docs/API.md §21).
+pub(crate) fn request_wait(
+    args: &JsonObject, request_id: &str, wait: f64, parts: Option<&Parts>,
+) -> Result<Request<Body>, String> {
+    let uri = format!(
+        "/api/v1/addresses/{}/requests/{}?wait={wait}",
+        segment(args.get("address_id")),
+        segment(Some(&Value::from(request_id)))
+    );
+    finish(Method::GET, uri, None, false, args, parts)
+}
+
+/// The request with the headers the REST handlers read: Host and X-Forwarded-Proto, the
+/// client's IP, the read token as a bearer, the idempotency key where the tool has one.
+fn finish(
+    method: Method, uri: String, body: Option<Value>, idempotent: bool, args: &JsonObject,
+    parts: Option<&Parts>,
+) -> Result<Request<Body>, String> {
     let mut builder = Request::builder().method(method).uri(uri);
     if let Some(parts) = parts {
         for name in [header::HOST.as_str(), "x-forwarded-proto"] {
@@ -235,7 +257,7 @@ pub(crate) fn rest_request(
         }
         builder = builder.extension(ClientIp(client_ip(parts)));
     }
-    if kind == ToolKind::SendEmail {
+    if idempotent {
         let key = args.get("idempotency_key").and_then(Value::as_str);
         if let Some(v) = key.and_then(|k| HeaderValue::from_str(k).ok()) {
             builder = builder.header("idempotency-key", v);

@@ -23,7 +23,7 @@ use tower::ServiceExt;
 use agentaddress_api::error::ErrorCode;
 
 use crate::catalogue::{ToolKind, INLINE_MAX_BYTES, INSTRUCTIONS, TOOLS};
-use crate::rest::{for_tool_callers, internal_error, percent_decode, rest_request};
+use crate::rest::{for_tool_callers, internal_error, percent_decode, request_wait, rest_request};
 
 /// The MCP server: one per request (stateless), dispatching into the REST router.
 #[derive(Clone)]
@@ -69,6 +69,23 @@ impl ServerHandler for McpServer {
         };
         if kind == ToolKind::GetAttachment {
             return Ok(self.attachment(rest_request).await.into());
+        }
+        if kind == ToolKind::AskPerson {
+            match args.get("wait_seconds") {
+                None | Some(Value::Null) => {}
+                Some(wait) => {
+                    let Some(wait) = wait.as_f64().filter(|w| w.is_finite() && *w >= 0.0) else {
+                        return Ok(CallToolResult::structured_error(json!({"error": {
+                            "code": ErrorCode::InvalidRequest.as_str(),
+                            "message": "`wait_seconds` must be a non-negative number of seconds \
+                                        (at most 25 are used)."
+                        }}))
+                        .into());
+                    };
+                    let asked = self.dispatch(rest_request).await;
+                    return Ok(self.wait_for_answer(asked, &args, wait, parts).await.into());
+                }
+            }
         }
         Ok(self.dispatch(rest_request).await.into())
     }
@@ -150,6 +167,40 @@ impl McpServer {
             ResourceContents::blob(BASE64.encode(&bytes), uri).with_mime_type(content_type),
         ));
         result
+    }
+
+    /// `ask_person` with `wait_seconds`: the created request (`asked`), then its long poll; the
+    /// result is the creation's answer (with the page's URL, shown only there) updated with the
+    /// request as last read. A wait that fails leaves the creation's answer as it was.
+    async fn wait_for_answer(
+        &self, asked: CallToolResult, args: &rmcp::model::JsonObject, wait: f64,
+        parts: Option<&Parts>,
+    ) -> CallToolResult {
+        if asked.is_error == Some(true) {
+            return asked;
+        }
+        let Some(mut created) = asked.structured_content.clone() else {
+            return asked;
+        };
+        let Some(id) = created["request"]["id"].as_str().map(str::to_owned) else {
+            return asked;
+        };
+        let request = match request_wait(args, &id, wait.min(25.0), parts) {
+            Ok(r) => r,
+            Err(_) => return asked,
+        };
+        let waited = self.dispatch(request).await;
+        if waited.is_error == Some(true) {
+            return asked;
+        }
+        let fields = waited
+            .structured_content
+            .as_ref()
+            .and_then(|v| v["request"].as_object().cloned());
+        if let (Some(into), Some(from)) = (created["request"].as_object_mut(), fields) {
+            into.extend(from);
+        }
+        CallToolResult::structured(created)
     }
 
     /// Runs the REST request in process and turns its answer into a tool result.

@@ -10,8 +10,8 @@ use crate::domain::{ids, Limits, Millis};
 use crate::rows::*;
 use crate::store::rules;
 use crate::store::{
-    Acked, Appended, Event, EventPage, EventRef, IdempotencyClaim, NewEvent, StoreError,
-    StoreResult,
+    Acked, Appended, Event, EventPage, EventRef, IdempotencyClaim, MatchingPage, NewEvent,
+    StoreError, StoreResult, TypeFilter,
 };
 use crate::SqliteStore;
 
@@ -105,6 +105,74 @@ impl Feed for SqliteStore {
                 events.push(event);
             }
             Ok(EventPage { events, has_more })
+        })
+        .await
+    }
+
+    async fn read_matching(
+        &self, id: &str, after: u64, filter: &TypeFilter, limit: usize, max_bytes: u64, now: Millis,
+    ) -> StoreResult<MatchingPage> {
+        let id = id.to_owned();
+        let filter = filter.clone();
+        self.read(move |conn| {
+            live_address(conn, &id, now)?;
+            // The types of the events to examine (and one more: whether any lie beyond), then
+            // the matching ones whole, one at a time.
+            let mut heads: Vec<(u64, String)> = conn
+                .prepare_cached(
+                    "SELECT seq, type FROM events WHERE address_id = ?1 AND seq > ?2 \
+                     AND expires_at > ?3 ORDER BY seq LIMIT ?4",
+                )
+                .map_err(sql_err)?
+                .query_map(
+                    params![id, i(after), now, (filter.examine as i64).saturating_add(1)],
+                    |r| Ok((u(r.get::<_, i64>(0)?), r.get::<_, String>(1)?)),
+                )
+                .map_err(sql_err)?
+                .collect::<Result<_, _>>()
+                .map_err(sql_err)?;
+            let beyond = heads.len() > filter.examine;
+            heads.truncate(filter.examine);
+            let mut one = conn
+                .prepare_cached(&format!(
+                    "SELECT {EVENT_COLUMNS} FROM events WHERE address_id = ?1 AND seq = ?2"
+                ))
+                .map_err(sql_err)?;
+            let mut events: Vec<Event> = Vec::new();
+            let mut bytes = 0u64;
+            let mut examined_through = after;
+            for (seq, event_type) in heads {
+                if !filter.types.matches(&event_type) {
+                    examined_through = seq;
+                    continue;
+                }
+                let event = one
+                    .query_row(params![id, i(seq)], event_row)
+                    .map_err(sql_err)?;
+                if events.len() == limit
+                    || (!events.is_empty() && bytes + event.page_bytes() > max_bytes)
+                {
+                    let page = EventPage {
+                        events,
+                        has_more: true,
+                    };
+                    return Ok(MatchingPage {
+                        page,
+                        examined_through,
+                    });
+                }
+                bytes += event.page_bytes();
+                examined_through = seq;
+                events.push(event);
+            }
+            let page = EventPage {
+                events,
+                has_more: beyond,
+            };
+            Ok(MatchingPage {
+                page,
+                examined_through,
+            })
         })
         .await
     }

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use super::{excerpt, Verifier};
-use crate::check::history::{Op, OpKind, Outcome};
+use crate::check::history::{filter_matches, Op, OpKind, Outcome, FILTER};
 use crate::check::workload::SIGNED_PREFIX;
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` (RFC 3339, UTC, milliseconds).
@@ -405,7 +405,15 @@ impl Verifier<'_> {
             {
                 Ok(())
             }
-            (OpKind::Poll { after, limit, .. }, 200) => {
+            (
+                OpKind::Poll {
+                    after,
+                    limit,
+                    filtered,
+                    ..
+                },
+                200,
+            ) => {
                 let events = body["events"].as_array().ok_or("events is not an array")?;
                 if events.len() as u64 > *limit {
                     return Err("more events than limit".into());
@@ -421,9 +429,21 @@ impl Verifier<'_> {
                             "sequence {s} after {last}: not ascending past after"
                         ));
                     }
+                    if *filtered && !filter_matches(e["type"].as_str().unwrap_or("")) {
+                        return Err(format!(
+                            "event {s} of type {} does not match {FILTER}",
+                            e["type"]
+                        ));
+                    }
                     last = s;
                 }
-                if body["next_cursor"].as_u64() != Some(last) {
+                let cursor = body["next_cursor"].as_u64();
+                if *filtered {
+                    // The last sequence examined (docs/API.md §21): at or past the last match.
+                    if cursor.is_none_or(|c| c < last) {
+                        return Err("next_cursor is before the last event returned".into());
+                    }
+                } else if cursor != Some(last) {
                     return Err("next_cursor is not the last sequence returned (or after)".into());
                 }
                 if !body["has_more"].is_boolean() {

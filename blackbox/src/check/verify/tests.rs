@@ -114,9 +114,29 @@ impl B {
                 after,
                 limit: 100,
                 wait: 0.0,
+                filtered: false,
             },
             o,
         )
+    }
+
+    /// A poll of a filtered consumer (`types=state.*`) answered `events`, with `next_cursor`.
+    fn filtered_poll(&mut self, consumer: usize, after: u64, events: Vec<Value>, next: u64) {
+        self.op(
+            &format!("c{consumer}"),
+            Phase::Drain,
+            OpKind::Poll {
+                consumer,
+                after,
+                limit: 100,
+                wait: 0.0,
+                filtered: true,
+            },
+            Outcome::json(
+                200,
+                json!({"events": events, "next_cursor": next, "has_more": false}),
+            ),
+        );
     }
 
     /// The final read-back, given the state the feed leaves.
@@ -805,4 +825,45 @@ fn every_delivery_must_be_covered_by_a_signed_wake_within_the_feed() {
     other.address_id = "addr_two".into();
     b.h.wakes = Some(vec![other]);
     assert_eq!(kinds(&verify(&b.h)), vec!["unwoken_event"]);
+}
+
+/// A filtered consumer (docs/API.md §21) sees exactly the feed's matching events: one that
+/// misses one, or is given one that does not match, is reported.
+#[test]
+fn a_filtered_consumer_sees_exactly_the_matching_events() {
+    let b = consistent();
+    let Some(Outcome::Answer { body: poll, .. }) =
+        b.h.ops
+            .iter()
+            .find(|o| matches!(o.kind, OpKind::Poll { .. }))
+            .map(|o| o.outcome.clone())
+    else {
+        panic!("no poll");
+    };
+    let all = poll["events"].as_array().cloned().unwrap_or_default();
+    let last = all.last().and_then(|e| e["sequence"].as_u64()).unwrap_or(0);
+    let matching: Vec<Value> = all
+        .iter()
+        .filter(|e| e["type"].as_str().is_some_and(|t| t.starts_with("state.")))
+        .cloned()
+        .collect();
+    assert!(matching.len() >= 2 && matching.len() < all.len(), "{all:?}");
+
+    let mut b = consistent();
+    b.filtered_poll(9, 0, matching.clone(), last);
+    let found = verify(&b.h);
+    assert!(found.is_empty(), "{found:?}");
+
+    let mut b = consistent();
+    b.filtered_poll(9, 0, matching[1..].to_vec(), last);
+    assert_eq!(kinds(&verify(&b.h)), vec!["consumer_gap"]);
+
+    let mut b = consistent();
+    b.filtered_poll(9, 0, all.clone(), last);
+    let found = kinds(&verify(&b.h));
+    assert!(found.contains(&"filtered_mismatch"), "{found:?}");
+
+    let mut b = consistent();
+    b.filtered_poll(9, 0, matching[..1].to_vec(), last);
+    assert_eq!(kinds(&verify(&b.h)), vec!["consumer_incomplete"]);
 }

@@ -14,6 +14,7 @@ use crate::error::ApiResult;
 use crate::extract::*;
 use crate::inputs::*;
 use crate::page_budget::{self, Charge, MEMORY_WAIT};
+use crate::store::{MatchingPage, TypeFilter};
 use crate::{json_response, ApiError, AppState, JSON_CONTENT_TYPE};
 
 /// How soon a long poll checks a request's expiry again when the service's clock has not
@@ -53,7 +54,10 @@ pub async fn list_events(
     drop((uri, address));
     let deadline = arrived + q.wait;
     let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_expiry).await?;
-    let next_cursor = page.events.last().map_or(q.after, |e| e.sequence);
+    let MatchingPage {
+        page,
+        examined_through: next_cursor,
+    } = page;
     let events = page
         .events
         .iter()
@@ -98,7 +102,10 @@ pub(crate) async fn charge_poll(
 }
 
 /// Reads the feed; while it is empty, waits for the store's wake-up signal (or, without one,
-/// re-checks the last sequence with backoff) until `deadline` or shutdown. With a page budget
+/// re-checks the last sequence with backoff) until `deadline` or shutdown. A filtered read
+/// (`q.types`, docs/API.md §21) waits past the events that do not match: its cursor moves over
+/// them, and a page that examined its 1,000 without a match answers at once (`has_more`), so
+/// that one request never examines more. With a page budget
 /// (`serve`), each read is cut at what is free of the budget and of `client`'s share, which the
 /// returned charge holds; a waiting poll holds none, and a poll that finds no memory for the
 /// next event waits [`MEMORY_WAIT`] for it, then answers 503 `unavailable`
@@ -106,8 +113,11 @@ pub(crate) async fn charge_poll(
 async fn long_poll(
     state: &AppState, client: &str, address_id: &str, q: &FeedQuery, deadline: Instant,
     request_expiry: Option<crate::domain::Millis>,
-) -> Result<(crate::store::EventPage, Option<Charge>), ApiError> {
+) -> Result<(MatchingPage, Option<Charge>), ApiError> {
     let store = &state.store;
+    let filter = q.types.clone().map(TypeFilter::new);
+    // Where the next read starts: past the events examined so far.
+    let mut after = q.after;
     // When to check the request expiry next (an instant of this process's monotonic clock).
     let until = |expiry: crate::domain::Millis| {
         Duration::from_millis(u64::try_from(expiry - state.clock.now()).unwrap_or(0))
@@ -123,15 +133,23 @@ async fn long_poll(
     let mut waiting: Option<crate::metrics::Open> = None;
     loop {
         let memory_deadline = Instant::now() + MEMORY_WAIT;
-        let read =
-            page_budget::read_page(state, client, address_id, q.after, q.limit, memory_deadline);
+        let read = page_budget::read_page(
+            state,
+            client,
+            address_id,
+            after,
+            filter.as_ref(),
+            q.limit,
+            memory_deadline,
+        );
         let Some((page, charge)) = read.await? else {
             return Err(ApiError::MemoryBusy);
         };
-        if !page.events.is_empty() {
+        if !page.page.events.is_empty() || page.page.has_more {
             return Ok((page, charge));
         }
         drop(charge);
+        after = page.examined_through;
         if Instant::now() >= deadline || *shutdown.borrow() {
             return Ok((page, None));
         }
@@ -188,7 +206,7 @@ async fn long_poll(
                 // A check is only a hint: a store that is briefly unavailable (throttled, a
                 // dropped answer) delays the next look, it does not fail the whole wait.
                 match store.feed_head_hint(address_id, state.clock.now()).await {
-                    Ok(head) if head > q.after => break,
+                    Ok(head) if head > after => break,
                     Ok(_) => hint_failed = false,
                     Err(crate::store::StoreError::Unavailable(why)) => {
                         tracing::debug!(%why, "long-poll check failed; checking again later");
@@ -197,6 +215,52 @@ async fn long_poll(
                     Err(e) => return Err(e.into()),
                 }
             },
+        }
+    }
+}
+
+/// Waits until `address_id`'s feed is past `head` or `until` passes (or shutdown), and returns
+/// the head last seen: woken by the store's signal where it has one (`serve`), else by checks
+/// of the head hint on the long poll's schedule (AWS). For waits on something that an append
+/// announces, like a person's answer (docs/API.md §21).
+pub(crate) async fn wait_for_feed(
+    state: &AppState, address_id: &str, head: u64, until: Instant,
+) -> Result<u64, ApiError> {
+    let store = &state.store;
+    let mut shutdown = state.shutdown.clone();
+    if let Some(signal) = store.feed_signal() {
+        // Subscribed before the head is read: a commit after the read wakes the wait.
+        let mut rx = signal.subscribe(address_id);
+        let now_head = store.last_sequence(address_id, state.clock.now()).await?;
+        if now_head > head {
+            return Ok(now_head);
+        }
+        tokio::select! {
+            _ = rx.changed() => {}
+            _ = tokio::time::sleep_until(until) => {}
+            _ = shutdown.changed() => {}
+        }
+        return Ok(store.last_sequence(address_id, state.clock.now()).await?);
+    }
+    let checks = state.config.poll_checks;
+    let mut backoff = checks.first;
+    loop {
+        if Instant::now() >= until || *shutdown.borrow() {
+            return Ok(head);
+        }
+        let nap = backoff.min(until.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            _ = tokio::time::sleep(nap) => {}
+            _ = shutdown.changed() => return Ok(head),
+        }
+        backoff = backoff.mul_f64(checks.growth).min(checks.max);
+        match store.feed_head_hint(address_id, state.clock.now()).await {
+            Ok(h) if h > head => return Ok(h),
+            Ok(_) => {}
+            Err(crate::store::StoreError::Unavailable(why)) => {
+                tracing::debug!(%why, "a wait's check failed; checking again later");
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -3,12 +3,15 @@
 //! `/r/{request_id}/{secret}` with its form. Re-exported by `handlers`, so the route table names
 //! them like the others.
 
+use std::time::Duration;
+
 use crate::error::ApiResult;
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use serde::Serialize;
+use tokio::time::Instant;
 use utoipa::ToSchema;
 
 use crate::domain::request::{
@@ -18,7 +21,8 @@ use crate::domain::time::format_rfc3339;
 use crate::domain::{ids, Millis};
 use crate::dto::ErrorBody;
 use crate::extract::*;
-use crate::inputs::{parse_fields, AnswerRequestBody, CreateRequestBody};
+use crate::handlers::events::{charge_poll, wait_for_feed};
+use crate::inputs::{parse_fields, AnswerRequestBody, CreateRequestBody, RequestWaitParams};
 use crate::pages::{page_headers, person_request as request_page};
 use crate::store::{Answer, AnswerOutcome, IdempotencyClaim, NewRequest, RequestRecord};
 use crate::{json_response, ApiError, AppState};
@@ -180,31 +184,74 @@ pub async fn create_request(
 
 #[utoipa::path(
     get, path = "/api/v1/addresses/{address_id}/requests/{request_id}", tag = "requests",
-    params(("address_id" = String, Path), ("request_id" = String, Path)),
+    params(("address_id" = String, Path), ("request_id" = String, Path), RequestWaitParams),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "The request, with its answer once answered", body = RequestEnvelope),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 410, body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 410, body = ErrorBody),
+        (status = 429, body = ErrorBody),
     )
 )]
 pub async fn get_request(
-    State(state): State<AppState>,
+    State(state): State<AppState>, Arrived(arrived): Arrived,
     Current(Authenticated {
         address_id,
-        address: _,
+        address,
         now,
     }): Current,
-    RequestId(request_id): RequestId,
+    RequestId(request_id): RequestId, uri: Uri,
 ) -> ApiResult {
-    let r = state
-        .store
-        .get_request(&address_id, &request_id, now)
-        .await
-        .map_err(|e| match e {
-            crate::store::StoreError::NotFound => ApiError::not_found("No such request."),
-            other => other.into(),
-        })?;
+    let params: RequestWaitParams = parse_fields(query_fields(uri.query())?)?;
+    let wait = params
+        .wait
+        .unwrap_or(0.0)
+        .min(state.config.limits.max_wait_seconds as f64);
+    let deadline = arrived + Duration::from_secs_f64(wait);
+    drop((uri, address));
+    if wait > 0.0 {
+        // A waiting read is a poll (docs/API.md §6, §21).
+        charge_poll(&state, &address_id, now).await?;
+    }
+    let read = |now: Millis| {
+        let (state, address_id, request_id) = (&state, &address_id, &request_id);
+        async move {
+            state
+                .store
+                .get_request(address_id, request_id, now)
+                .await
+                .map_err(|e| match e {
+                    crate::store::StoreError::NotFound => ApiError::not_found("No such request."),
+                    other => other.into(),
+                })
+        }
+    };
+    let mut now = now;
+    let mut r = read(now).await?;
+    if r.status_at(now) == RequestStatus::Open && wait > 0.0 {
+        // The answer and the expiry each append an event: wait for the feed to grow, then
+        // read the request again; its own expiry ends the wait too.
+        let mut head = state.store.last_sequence(&address_id, now).await?;
+        r = read(state.clock.now()).await?;
+        loop {
+            now = state.clock.now();
+            if r.status_at(now) != RequestStatus::Open || Instant::now() >= deadline {
+                break;
+            }
+            let expiry = Instant::now()
+                + Duration::from_millis(u64::try_from(r.expires_at - now).unwrap_or(0));
+            head = wait_for_feed(&state, &address_id, head, deadline.min(expiry)).await?;
+            now = state.clock.now();
+            if r.status_at(now) == RequestStatus::Expired {
+                // Its `request.expired` event is appended before the answer says so.
+                state
+                    .store
+                    .expire_requests(&address_id, &state.config.limits, now)
+                    .await?;
+            }
+            r = read(now).await?;
+        }
+    }
     Ok(json_response(
         StatusCode::OK,
         &RequestEnvelope {

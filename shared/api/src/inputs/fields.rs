@@ -110,6 +110,31 @@ pub(super) fn wait<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Er
         })
 }
 
+/// `types`: comma-separated event type patterns (docs/API.md §21), each checked by the rule of
+/// hooks' patterns.
+pub(super) fn type_patterns<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<TypePatterns>, D::Error> {
+    let text = query_text(d)?;
+    let patterns: Vec<&str> = text.split(',').collect();
+    TypePatterns::parse(&patterns)
+        .map(Some)
+        .map_err(|e| invalid(format!("`{FIELD}`: {e}")))
+}
+
+pub(super) fn type_patterns_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::String, false))
+        .max_length(Some(MAX_PATTERNS * (MAX_PATTERN_CHARS + 1)))
+        .description(Some(
+            "Only events whose type matches one of these comma-separated patterns (at most 20; \
+             `*` stands for whole dot-separated segments: `email.*`, `request.answered`). A page \
+             examines at most 1,000 events; `next_cursor` is the last one examined, so the \
+             next poll passes over the others.",
+        ))
+        .build()
+}
+
 /// An `email_id`: an id (`^[A-Za-z0-9_-]{1,64}$`, docs/API.md §10).
 pub(super) fn email_id<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     match Value::deserialize(d)? {
@@ -467,6 +492,19 @@ pub(super) fn wait_schema() -> Object {
         .description(Some(
             "Seconds to hold the request while no event is there yet (default 0); at most 25 \
              are used, larger values are clamped.",
+        ))
+        .build()
+}
+
+pub(super) fn request_wait_schema() -> Object {
+    ObjectBuilder::new()
+        .schema_type(typed(Type::Number, false))
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Double)))
+        .minimum(Some(0))
+        .description(Some(
+            "Seconds to hold the request while it is open (default 0): it answers as soon as \
+             the person answers or the request expires; at most 25 are used, larger values \
+             are clamped. A wait counts as a poll against the poll rate limit.",
         ))
         .build()
 }

@@ -6,7 +6,7 @@ use super::fields::{integer, invalid, typed};
 use super::*;
 use crate::domain::hooks::{
     HookSpec, MAX_DEBOUNCE_SECONDS, MAX_HEADERS, MAX_HEADER_VALUE_BYTES, MAX_HOOKS_PER_ADDRESS,
-    MAX_PATTERNS, MAX_PATTERN_CHARS, MAX_URL_BYTES,
+    MAX_URL_BYTES,
 };
 
 /// Body of `POST {root}/hooks`: `{"url", "types"?, "format"?, "headers"?, "debounce_seconds"?}`.

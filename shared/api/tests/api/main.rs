@@ -9,6 +9,7 @@ mod common;
 mod create;
 mod edges;
 mod feed;
+mod filtered;
 mod home;
 mod hooks;
 mod inbox;

@@ -14,6 +14,8 @@ use rand::RngCore;
 use serde_json::{json, Map, Value};
 
 use super::ids::random_b64;
+use super::patterns::matches_any;
+pub use super::patterns::TypePatterns;
 use super::time::format_rfc3339;
 use super::verification::standard_webhooks_headers;
 use super::{Invalid, Millis};
@@ -26,10 +28,6 @@ pub const MAX_HEADERS: usize = 5;
 pub const MAX_HEADER_VALUE_BYTES: usize = 1024;
 /// Longest debounce between two wakes of one hook.
 pub const MAX_DEBOUNCE_SECONDS: u64 = 3600;
-/// Most type patterns a hook (or a filtered read, §21) names.
-pub const MAX_PATTERNS: usize = 20;
-/// Longest type pattern, in characters.
-pub const MAX_PATTERN_CHARS: usize = 100;
 /// Most events a wake lists (the woken run reads the rest from the feed).
 pub const MAX_WAKE_EVENTS: usize = 100;
 /// How long a receiver has to answer a wake, connection included.
@@ -65,73 +63,12 @@ pub fn new_signing_secret() -> String {
     format!("whsec_{}", STANDARD.encode(key))
 }
 
-/// Event type patterns (docs/API.md §19, and the filtered reads of §21): an event type, or `*`
-/// standing for one or more whole dot-separated segments (`email.*`, `*.failed`, `*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TypePatterns(Vec<String>);
-
-impl Default for TypePatterns {
-    /// `["*"]`: every type.
-    fn default() -> Self {
-        Self(vec!["*".into()])
-    }
-}
-
 impl TypePatterns {
-    /// Checks `patterns` (1 to [`MAX_PATTERNS`], each a pattern of [`pattern_rule`]); duplicates
-    /// are kept once, in their first place.
-    pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<Self, Invalid> {
-        if patterns.is_empty() {
-            return Err(Invalid::new(
-                "`types` needs at least one pattern (`*` for every type).",
-            ));
-        }
-        if patterns.len() > MAX_PATTERNS {
-            return Err(Invalid::new(format!(
-                "`types` has {} patterns; at most {MAX_PATTERNS} are allowed.",
-                patterns.len()
-            )));
-        }
-        let mut out: Vec<String> = Vec::with_capacity(patterns.len());
-        for p in patterns {
-            let p = p.as_ref();
-            pattern_rule(p)?;
-            if !out.iter().any(|q| q == p) {
-                out.push(p.to_owned());
-            }
-        }
-        Ok(Self(out))
-    }
-
-    /// Patterns already checked by [`TypePatterns::parse`], read back from a store.
-    pub fn stored(patterns: Vec<String>) -> Self {
-        Self(patterns)
-    }
-
-    /// The patterns, as given.
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
-    }
-
-    /// Whether `event_type` matches any pattern.
-    pub fn matches(&self, event_type: &str) -> bool {
-        matches_any(&self.0, event_type)
-    }
-
     /// Whether an event of `event_type` wakes a hook with these patterns: it matches, and it
     /// is not a hook's own report (`hook.*` never wakes).
     pub fn wakes(&self, event_type: &str) -> bool {
-        wakes_for(&self.0, event_type)
+        wakes_for(self.as_slice(), event_type)
     }
-}
-
-/// Whether `event_type` matches any of `patterns` (each checked by [`pattern_rule`]).
-pub fn matches_any(patterns: &[String], event_type: &str) -> bool {
-    let segments: Vec<&str> = event_type.split('.').collect();
-    patterns.iter().any(|p| {
-        let pattern: Vec<&str> = p.split('.').collect();
-        segments_match(&pattern, &segments)
-    })
 }
 
 /// [`TypePatterns::wakes`] of stored patterns (an address's hook types, read with it by an
@@ -140,58 +77,6 @@ pub fn wakes_for(patterns: &[String], event_type: &str) -> bool {
     !patterns.is_empty()
         && !event_type.starts_with(NEVER_WAKES_PREFIX)
         && matches_any(patterns, event_type)
-}
-
-/// The rule of one pattern: 1 to [`MAX_PATTERN_CHARS`] characters; dot-separated segments,
-/// none empty; a segment is `*` or made of ASCII letters, digits, `_`, `-`, `:` and `/` (the
-/// characters event types use); no two `*` segments side by side.
-pub fn pattern_rule(p: &str) -> Result<(), Invalid> {
-    if p.is_empty() {
-        return Err(Invalid::new("A type pattern is empty."));
-    }
-    if p.chars().count() > MAX_PATTERN_CHARS {
-        return Err(Invalid::new(format!(
-            "A type pattern is longer than {MAX_PATTERN_CHARS} characters."
-        )));
-    }
-    let mut last_star = false;
-    for segment in p.split('.') {
-        if segment.is_empty() {
-            return Err(Invalid::new(format!(
-                "The type pattern {p:?} has an empty segment: segments are separated by one dot."
-            )));
-        }
-        if segment == "*" {
-            if last_star {
-                return Err(Invalid::new(format!(
-                    "The type pattern {p:?} has `*.*`: one `*` already stands for any number of segments."
-                )));
-            }
-            last_star = true;
-            continue;
-        }
-        last_star = false;
-        let ok = segment
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':' | b'/'));
-        if !ok {
-            return Err(Invalid::new(format!(
-                "The type pattern {p:?} has the segment {segment:?}: a segment is `*` or letters, digits, `_`, `-`, `:` and `/` (`*` stands for whole segments only)."
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Whether `pattern`'s segments match `segments`: a `*` matches one or more whole segments.
-fn segments_match(pattern: &[&str], segments: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => segments.is_empty(),
-        Some((&"*", rest)) => (1..=segments.len()).any(|n| segments_match(rest, &segments[n..])),
-        Some((first, rest)) => segments
-            .split_first()
-            .is_some_and(|(s, more)| s == first && segments_match(rest, more)),
-    }
 }
 
 /// What a wake looks like on the wire.

@@ -9,6 +9,7 @@ pub mod ids;
 pub mod label;
 pub mod limits;
 pub mod mail_out;
+pub mod patterns;
 pub mod request;
 pub mod socket;
 pub mod state;

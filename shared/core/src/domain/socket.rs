@@ -5,6 +5,8 @@
 
 use serde_json::{json, Value};
 
+use super::patterns::TypePatterns;
+
 /// Subscriptions one socket may hold.
 pub const MAX_SUBSCRIPTIONS: usize = 20;
 /// Sockets subscribed to one address at once.
@@ -18,6 +20,8 @@ pub enum ClientFrame {
     Subscribe {
         address_id: String,
         read_token: String,
+        /// Only appends of these types notify (docs/API.md §21); every append without.
+        types: Option<TypePatterns>,
     },
     Unsubscribe {
         address_id: String,
@@ -53,6 +57,28 @@ pub fn parse(frame: &str) -> Result<ClientFrame, Value> {
         "subscribe" => Ok(ClientFrame::Subscribe {
             address_id: field("address_id"),
             read_token: field("read_token"),
+            types: match msg.get("types") {
+                None | Some(Value::Null) => None,
+                Some(Value::Array(items)) => {
+                    let patterns: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+                    let Some(patterns) = patterns else {
+                        return Err(error(
+                            "invalid_request",
+                            "`types` is a list of type patterns (strings).",
+                        ));
+                    };
+                    match TypePatterns::parse(&patterns) {
+                        Ok(p) => Some(p),
+                        Err(e) => return Err(error("invalid_request", &format!("`types`: {e}"))),
+                    }
+                }
+                Some(_) => {
+                    return Err(error(
+                        "invalid_request",
+                        "`types` is a list of type patterns (strings).",
+                    ))
+                }
+            },
         }),
         _ => Err(error(
             "invalid_request",
@@ -122,9 +148,33 @@ mod tests {
             parse(r#"{"action":"subscribe","address_id":"a","read_token":"t","after":3}"#),
             Ok(ClientFrame::Subscribe {
                 address_id: "a".into(),
-                read_token: "t".into()
+                read_token: "t".into(),
+                types: None,
             })
         );
+        assert_eq!(
+            parse(
+                r#"{"action":"subscribe","address_id":"a","read_token":"t","types":["email.*"]}"#
+            ),
+            Ok(ClientFrame::Subscribe {
+                address_id: "a".into(),
+                read_token: "t".into(),
+                types: Some(TypePatterns::parse(&["email.*"]).expect("patterns")),
+            })
+        );
+        for bad in [
+            r#"{"action":"subscribe","types":"email.*"}"#,
+            r#"{"action":"subscribe","types":[]}"#,
+            r#"{"action":"subscribe","types":[1]}"#,
+            r#"{"action":"subscribe","types":["a..b"]}"#,
+        ] {
+            let e = parse(bad).expect_err(bad);
+            assert_eq!(e["code"], "invalid_request", "{bad}");
+            assert!(
+                e["message"].as_str().is_some_and(|m| m.contains("types")),
+                "{e}"
+            );
+        }
         for bad in [
             "",
             "[]",

@@ -14,6 +14,9 @@ use super::{AddressRecord, EventRef, IdempotencyClaim, NewAddress, NewEvent, Sto
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Ingress, Limits, Millis};
 
+mod filtered;
+pub use filtered::*;
+
 /// A fixed start time for every case: 2027-01-15T08:00:00Z.
 pub const T0: Millis = 1_800_000_000_000;
 const SEC: Millis = 1_000;
@@ -34,7 +37,9 @@ macro_rules! store_conformance_tests {
             rate_limit_windows, concurrent_appends_are_gapless, concurrent_cas_has_one_winner,
             feed_signal_wakes_on_commit, failed_operations_leave_no_trace, big_events_round_trip,
             address_is_found_by_email_in_any_case, email_keys_are_unique,
-            tombstones_are_found_by_email_until_forgotten, verification_is_stored_rotated_and_removed
+            tombstones_are_found_by_email_until_forgotten, verification_is_stored_rotated_and_removed,
+            filtered_reads_return_matches_and_pass_the_others, filtered_reads_examine_a_bounded_range,
+            filtered_pages_are_cut_at_limit_and_bytes
         );
     };
 }

@@ -330,6 +330,51 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
+/// Which events a filtered read returns (docs/API.md §21): those whose type matches `types`,
+/// among at most `examine` events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeFilter {
+    pub types: crate::domain::patterns::TypePatterns,
+    /// Most events one read examines, matching or not.
+    pub examine: usize,
+}
+
+/// Most events a filtered read examines (docs/API.md §21).
+pub const MAX_EXAMINED: usize = 1_000;
+
+impl TypeFilter {
+    /// `types` among at most [`MAX_EXAMINED`] events.
+    pub fn new(types: crate::domain::patterns::TypePatterns) -> Self {
+        Self {
+            types,
+            examine: MAX_EXAMINED,
+        }
+    }
+}
+
+/// A page of a filtered read ([`Feed::read_matching`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchingPage {
+    /// The matching events; `has_more`: events follow `examined_through`.
+    pub page: EventPage,
+    /// The last sequence examined (`after` when none was): the next read starts after it, so
+    /// that a reader passes over the events that did not match. When the page was cut at its
+    /// `limit` or `max_bytes`, the last one examined before the first matching event left out.
+    pub examined_through: u64,
+}
+
+impl MatchingPage {
+    /// A page of every event after `after`, as a filtered one: examined through its last
+    /// event (`after` when empty).
+    pub fn all(page: EventPage, after: u64) -> Self {
+        let examined_through = page.events.last().map_or(after, |e| e.sequence);
+        Self {
+            page,
+            examined_through,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Acked {
     pub event: EventRef,
@@ -511,6 +556,12 @@ pub trait Feed: Send + Sync + 'static {
     async fn read_events(
         &self, id: &str, after: u64, limit: usize, max_bytes: u64, now: Millis,
     ) -> StoreResult<EventPage>;
+
+    /// [`Feed::read_events`] of the events whose type matches `filter.types`, examining at
+    /// most `filter.examine` unexpired events after `after` ([`MatchingPage`]).
+    async fn read_matching(
+        &self, id: &str, after: u64, filter: &TypeFilter, limit: usize, max_bytes: u64, now: Millis,
+    ) -> StoreResult<MatchingPage>;
 
     /// One unexpired event by id, else [`StoreError::NotFound`].
     async fn get_event(&self, id: &str, event_id: &str, now: Millis) -> StoreResult<Event>;

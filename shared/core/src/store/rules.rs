@@ -27,11 +27,20 @@ pub fn rate_window(now: Millis) -> (i64, u64) {
     (window, ((left_ms + 999) / 1000).max(1) as u64)
 }
 
+/// The type of a person's answer's event (docs/API.md §12).
+pub const ANSWERED_TYPE: &str = "request.answered";
+/// The type of an unanswered request's expiry event (docs/API.md §12).
+pub const EXPIRED_TYPE: &str = "request.expired";
+/// The type of a state write's event (docs/API.md §7).
+pub const UPDATED_TYPE: &str = "state.updated";
+/// The type of a state delete's event (docs/API.md §7).
+pub const DELETED_TYPE: &str = "state.deleted";
+
 /// The `request.answered` event of request `request_id` answered with `answer` (docs/API.md
 /// §12).
 pub fn request_answered_event(request_id: &str, answer: &super::Answer) -> NewEvent {
     NewEvent {
-        event_type: "request.answered".into(),
+        event_type: ANSWERED_TYPE.into(),
         source: Some(request_id.to_owned()),
         ingress: Ingress::Request,
         data: crate::domain::request::answered_data(
@@ -47,7 +56,7 @@ pub fn request_answered_event(request_id: &str, answer: &super::Answer) -> NewEv
 /// The `request.expired` event of request `request_id` (docs/API.md §12).
 pub fn request_expired_event(request_id: &str) -> NewEvent {
     NewEvent {
-        event_type: "request.expired".into(),
+        event_type: EXPIRED_TYPE.into(),
         source: Some(request_id.to_owned()),
         ingress: Ingress::Request,
         data: crate::domain::request::expired_data(request_id),
@@ -122,7 +131,7 @@ pub fn state_after_delete(current: StateTotals, old_size: u64) -> StateTotals {
 /// The event a state write appends, at sequence `revision` (docs/API.md §7).
 pub fn state_updated_event(key: &str, revision: u64, compact_value: &str) -> NewEvent {
     NewEvent {
-        event_type: "state.updated".into(),
+        event_type: UPDATED_TYPE.into(),
         source: Some("state".into()),
         ingress: Ingress::State,
         data: state_updated_data(key, revision, compact_value),
@@ -133,7 +142,7 @@ pub fn state_updated_event(key: &str, revision: u64, compact_value: &str) -> New
 /// The event a state delete appends, at sequence `revision` (docs/API.md §7).
 pub fn state_deleted_event(key: &str, revision: u64) -> NewEvent {
     NewEvent {
-        event_type: "state.deleted".into(),
+        event_type: DELETED_TYPE.into(),
         source: Some("state".into()),
         ingress: Ingress::State,
         data: state_deleted_data(key, revision),
