@@ -10,108 +10,63 @@ use super::Verifier;
 use crate::check::history::{filter_matches, OpKind, FILTER};
 
 impl Verifier<'_> {
-    /// Each consumer: `after` chained through `next_cursor`, and 1..=last seen exactly once
-    /// (the matching ones of `feed` for a filtered consumer).
+    /// Each consumer: `after` chained through `next_cursor`, and 1..=last seen exactly once —
+    /// for a filtered consumer, the matching events of `feed` in 1..=last (an event no read
+    /// showed is not judged).
     pub(super) fn consumers(
         &mut self, a: usize, ops: &[usize], last: u64, feed: &BTreeMap<u64, (usize, &Value)>,
     ) {
         let h = self.h;
-        let mut by_consumer: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        let mut filtered: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        let mut by_consumer: BTreeMap<(usize, bool), Vec<usize>> = BTreeMap::new();
         for &i in ops {
             if let OpKind::Poll {
-                consumer,
-                filtered: f,
-                ..
+                consumer, filtered, ..
             } = h.ops[i].kind
             {
-                let into = if f { &mut filtered } else { &mut by_consumer };
-                into.entry(consumer).or_default().push(i);
+                by_consumer.entry((consumer, filtered)).or_default().push(i);
             }
-        }
-        for (c, polls) in filtered {
-            self.filtered_consumer(a, c, &polls, last, feed);
         }
         if by_consumer.is_empty() && last > 0 {
             let d = format!("no consumer read this address's {last} events");
             self.push("consumer_incomplete", Some(a), None, d);
         }
-        for (c, polls) in by_consumer {
-            let mut cursor = 0;
-            let mut next = 1u64;
-            let mut problem: Option<(&'static str, usize, String)> = None;
-            for &i in &polls {
-                let o = &h.ops[i];
-                let OpKind::Poll { after, .. } = o.kind else {
-                    continue;
-                };
-                if after != cursor && problem.is_none() {
-                    let d = format!("consumer {c} polled after={after}, its cursor was {cursor}");
-                    problem = Some(("consumer_order", i, d));
-                }
-                if !o.outcome.is(200) {
-                    continue;
-                }
-                let body = o.outcome.body();
-                for e in body["events"].as_array().map_or(&[][..], |v| v) {
-                    let Some(s) = e["sequence"].as_u64() else {
-                        continue;
-                    };
-                    if problem.is_some() {
-                        continue;
-                    }
-                    if s < next {
-                        let d = format!("consumer {c} saw sequence {s} again (expected {next})");
-                        problem = Some(("consumer_duplicate", i, d));
-                    } else if s > next {
-                        let d = format!(
-                            "consumer {c} jumped from {} to {s}: missed {next}..={}",
-                            next - 1,
-                            s - 1
-                        );
-                        problem = Some(("consumer_gap", i, d));
-                    } else {
-                        next += 1;
-                    }
-                }
-                cursor = body["next_cursor"].as_u64().unwrap_or(cursor);
-            }
-            if problem.is_none() && next - 1 < last {
-                let d = format!("consumer {c} stopped at sequence {} of {last}", next - 1);
-                problem = Some(("consumer_incomplete", polls.last().copied().unwrap_or(0), d));
-            }
-            if let Some((kind, i, d)) = problem {
+        for ((c, filtered), polls) in by_consumer {
+            let expected: Vec<u64> = if filtered {
+                feed.range(1..=last)
+                    .filter(|(_, (_, e))| filter_matches(e["type"].as_str().unwrap_or("")))
+                    .map(|(s, _)| *s)
+                    .collect()
+            } else {
+                (1..=last).collect()
+            };
+            let who = if filtered {
+                format!("filtered consumer {c} ({FILTER})")
+            } else {
+                format!("consumer {c}")
+            };
+            if let Some((kind, i, d)) = self.consumer(&who, filtered, &polls, &expected) {
                 self.push(kind, Some(a), Some(i), d);
             }
         }
     }
 
-    /// A filtered consumer: `after` chained through `next_cursor`; every event it saw matches
-    /// [`FILTER`]; and it saw each matching event of `feed` in 1..=last once, in order (an
-    /// event of the feed no read showed is not judged).
-    fn filtered_consumer(
-        &mut self, a: usize, c: usize, polls: &[usize], last: u64,
-        feed: &BTreeMap<u64, (usize, &Value)>,
-    ) {
+    /// The first problem of one consumer's `polls`, which should show `expected` in order,
+    /// each once (and, `filtered`, only events matching [`FILTER`]).
+    fn consumer(
+        &self, who: &str, filtered: bool, polls: &[usize], expected: &[u64],
+    ) -> Option<(&'static str, usize, String)> {
         let h = self.h;
-        let matching: Vec<u64> = feed
-            .range(1..=last)
-            .filter(|(_, (_, e))| filter_matches(e["type"].as_str().unwrap_or("")))
-            .map(|(s, _)| *s)
-            .collect();
-        let mut expected = matching.iter().copied().peekable();
+        let mut expected = expected.iter().copied().peekable();
         let mut cursor = 0;
         let mut seen_last = 0u64;
-        let mut problem: Option<(&'static str, usize, String)> = None;
         for &i in polls {
             let o = &h.ops[i];
             let OpKind::Poll { after, .. } = o.kind else {
                 continue;
             };
-            if after != cursor && problem.is_none() {
-                let d =
-                    format!("filtered consumer {c} polled after={after}, its cursor was {cursor}");
-                problem = Some(("consumer_order", i, d));
+            if after != cursor {
+                let d = format!("{who} polled after={after}, its cursor was {cursor}");
+                return Some(("consumer_order", i, d));
             }
             if !o.outcome.is(200) {
                 continue;
@@ -121,44 +76,32 @@ impl Verifier<'_> {
                 let Some(s) = e["sequence"].as_u64() else {
                     continue;
                 };
-                if problem.is_some() {
-                    continue;
+                if filtered && !filter_matches(e["type"].as_str().unwrap_or("")) {
+                    let d = format!("{who} got {s} of type {}", e["type"]);
+                    return Some(("filtered_mismatch", i, d));
                 }
-                if !filter_matches(e["type"].as_str().unwrap_or("")) {
-                    let d = format!(
-                        "filtered consumer {c} ({FILTER}) got {s} of type {}",
-                        e["type"]
-                    );
-                    problem = Some(("filtered_mismatch", i, d));
-                } else if s <= seen_last {
-                    let d =
-                        format!("filtered consumer {c} saw sequence {s} again (after {seen_last})");
-                    problem = Some(("consumer_duplicate", i, d));
-                } else {
-                    // A matching event of the feed before this one was skipped.
-                    match expected.peek() {
-                        Some(&m) if m < s => {
-                            let d = format!("filtered consumer {c} ({FILTER}) missed {m}, saw {s}");
-                            problem = Some(("consumer_gap", i, d));
-                        }
-                        Some(&m) if m == s => {
-                            expected.next();
-                        }
-                        _ => {}
+                if s <= seen_last {
+                    let d = format!("{who} saw sequence {s} again (after {seen_last})");
+                    return Some(("consumer_duplicate", i, d));
+                }
+                match expected.peek() {
+                    Some(&m) if m < s => {
+                        let d = format!("{who} jumped from {seen_last} to {s}: missed {m}");
+                        return Some(("consumer_gap", i, d));
                     }
-                    seen_last = s;
+                    Some(&m) if m == s => {
+                        expected.next();
+                    }
+                    _ => {}
                 }
+                seen_last = s;
             }
             cursor = body["next_cursor"].as_u64().unwrap_or(cursor);
         }
-        if problem.is_none() {
-            if let Some(m) = expected.next() {
-                let d = format!("filtered consumer {c} ({FILTER}) never saw {m} (cursor {cursor})");
-                problem = Some(("consumer_incomplete", polls.last().copied().unwrap_or(0), d));
-            }
-        }
-        if let Some((kind, i, d)) = problem {
-            self.push(kind, Some(a), Some(i), d);
-        }
+        expected.next().map(|m| {
+            let d = format!("{who} stopped before sequence {m} (cursor {cursor})");
+            let i = polls.last().copied().unwrap_or(0);
+            ("consumer_incomplete", i, d)
+        })
     }
 }
