@@ -192,7 +192,10 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 IdempotencyKeyReused,
             ],
         ),
-        ("get_request", &[Unauthorized, NotFound, AddressGone]),
+        (
+            "get_request",
+            &[Unauthorized, NotFound, AddressGone, RateLimited],
+        ),
         ("request_page", &[NotFound]),
         (
             "answer_request",

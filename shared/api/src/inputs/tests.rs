@@ -94,7 +94,13 @@ fn schemas_state_the_constants() {
     );
     let params = FeedParams::into_params(|| None);
     let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["after", "limit", "wait"]);
+    assert_eq!(names, ["after", "limit", "wait", "types"]);
+    let types = serde_json::to_value(&params[3]).expect("param");
+    assert_eq!(types["required"], false);
+    assert_eq!(
+        types["schema"]["maxLength"],
+        MAX_PATTERNS * (MAX_PATTERN_CHARS + 1)
+    );
     let limit = serde_json::to_value(&params[1]).expect("param");
     assert_eq!(limit["in"], "query");
     assert_eq!(limit["required"], false);
