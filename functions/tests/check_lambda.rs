@@ -1,6 +1,6 @@
 //! `agentaddress-check` (the invariant checker of `agentaddress_blackbox::check`) against the
 //! local Lambda stack: the real function binaries under `cargo lambda watch` over DynamoDB
-//! Local, with the server's default limits.
+//! Local, with the server's default limits, and wake hooks to a receiver of the checker's.
 //!
 //! `scripts/test` starts the stack and passes `AGENTADDRESS_LAMBDA_URL`; without it this test
 //! fails loudly, never skips. Each function has 8 instances that serve one request at a time,
@@ -36,6 +36,10 @@ async fn checker_finds_no_anomaly_on_the_lambda_stack() {
     // Email through the raw-MIME webhook door (`email-api`, the stored copy in the S3
     // emulator) is part of the mix.
     config.email_ingest_secret = Some(env("AGENTADDRESS_TEST_INGEST_SECRET"));
+    // Each address has a wake hook to the checker's receiver on loopback (the local stack
+    // allows private receivers): every matching event must be covered by a signed 2xx wake,
+    // sent by the `wake` function from the wake queue (docs/API.md §19).
+    config.wakes = true;
     config.verbose = true;
     println!("agentaddress-check: seed {seed} against {url}");
     let report = check::run(config).await.expect("the check could not run");
