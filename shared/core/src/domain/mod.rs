@@ -14,6 +14,7 @@ pub mod request;
 pub mod socket;
 pub mod state;
 pub mod time;
+pub mod timer;
 pub mod verification;
 pub mod viewer;
 
