@@ -108,7 +108,10 @@ async fn wakes_reach_the_receiver_and_survive_a_restart() {
     r.wait_for(2, Duration::from_secs(10)).await;
     // Its outcome recorded (a retry in 10 s), the server stops.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    drop(child);
+    // Killed and reaped before the next server opens the file: until the old process has
+    // exited it holds the database's lock (one server per database).
+    let mut child = child;
+    child.kill().await.expect("SIGKILL the server");
     r.answer(200);
     let (_child, base2, _) = serve().await;
     let seen = r.wait_for(3, Duration::from_secs(45)).await;
