@@ -15,6 +15,7 @@ pub mod requests;
 pub mod scenarios;
 pub mod sockets;
 pub mod sse;
+pub mod timers;
 pub mod verification;
 
 use std::time::Duration;

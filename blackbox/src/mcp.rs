@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use crate::{Address, Client};
 
 /// The tools the endpoint must list, in this order.
-pub const TOOLS: [&str; 12] = [
+pub const TOOLS: [&str; 15] = [
     "create_return_address",
     "poll_events",
     "acknowledge_event",
@@ -26,6 +26,9 @@ pub const TOOLS: [&str; 12] = [
     "add_contact",
     "send_email",
     "add_wake_hook",
+    "set_timer",
+    "list_timers",
+    "cancel_timer",
 ];
 
 /// How long a handshake or a tool call may take before the test fails with a message (rmcp's
@@ -313,6 +316,13 @@ pub async fn handshake_and_tool_list(base: &str) {
     assert_eq!(
         required(mcp.tool("set_state")),
         ["address_id", "read_token", "key", "value"]
+    );
+    let set_timer = mcp.tool("set_timer");
+    let d = set_timer.description.as_deref().unwrap_or("");
+    assert!(d.contains("poll_events") && d.contains("timer.*"), "{d}");
+    assert_eq!(
+        required(mcp.tool("cancel_timer")),
+        ["address_id", "read_token", "timer_id"]
     );
     assert!(
         mcp.tool("get_state")
@@ -713,6 +723,8 @@ pub async fn tools_end_to_end(base: &str, http: &Client) {
     assert_eq!(rest["events"][0]["ingress_surface"], "state");
     assert_eq!(rest["events"][0]["data"]["key"], "progress");
 
+    timers(&mcp, id, token).await;
+
     // Authentication: a wrong or missing token and an unknown address are all unauthorized,
     // on every tool, before anything else is looked at.
     let wrong = "aat_wrongwrongwrongwrongwrong";
@@ -735,6 +747,12 @@ pub async fn tools_end_to_end(base: &str, http: &Client) {
             ("get_state", with(json!({"key": "bad/key"}))),
             ("set_state", with(json!({"key": "k", "value": 1}))),
             ("delete_state", with(json!({"key": "nothing"}))),
+            ("set_timer", with(json!({"in_seconds": 1}))),
+            ("list_timers", with(json!({}))),
+            (
+                "cancel_timer",
+                with(json!({"timer_id": "tmr_doesnotexist"})),
+            ),
         ]
     };
     for (address_id, token, what) in [
@@ -771,6 +789,148 @@ pub async fn tools_end_to_end(base: &str, http: &Client) {
         .await
         .expect_error("address_gone", "state of a deleted address");
     mcp.close().await;
+}
+
+/// Timers through MCP (docs/API.md §20) on an address expiring in an hour: `set_timer` 2 s
+/// ahead, then `poll_events` with `types: "timer.*"` and a wait returns its event (source
+/// `timer`, `data: {timer_id, data}`) once it fires; `list_timers` says fired; another timer is
+/// cancelled (twice alike), the fired one cannot be (`timer_fired`); bad arguments are
+/// `invalid_request`; an `idempotency_key` answers the same timer again.
+async fn timers(mcp: &Mcp, id: &str, token: &str) {
+    let with = |extra: Value| {
+        let mut args = json!({"address_id": id, "read_token": token});
+        if let (Some(m), Value::Object(e)) = (args.as_object_mut(), extra) {
+            m.extend(e);
+        }
+        args
+    };
+    // Where the feed is now: the timer's event comes after it.
+    let head = mcp
+        .call("poll_events", with(json!({"after": 0, "limit": 100})))
+        .await;
+    let mut cursor = head.ok("the feed's head")["next_cursor"]
+        .as_u64()
+        .unwrap_or(0);
+    let set_at = Instant::now();
+    let soon = mcp
+        .call(
+            "set_timer",
+            with(json!({"in_seconds": 2, "type": "timer.check", "data": {"n": 1}})),
+        )
+        .await;
+    let soon = soon.ok("set_timer in 2 s")["timer"].clone();
+    assert_eq!(soon["status"], "pending", "{soon}");
+    assert_eq!(soon["type"], "timer.check", "{soon}");
+    assert_eq!(soon["data"], json!({"n": 1}), "{soon}");
+    assert_eq!(soon["event_id"], Value::Null, "{soon}");
+    let soon_id = soon["id"].as_str().unwrap_or_default().to_owned();
+    assert!(soon_id.starts_with("tmr_"), "{soon}");
+    let later = mcp
+        .call("set_timer", with(json!({"in_seconds": 600})))
+        .await;
+    let later = later.ok("set_timer in 10 min")["timer"].clone();
+    assert_eq!(later["type"], "timer.fired", "the default type: {later}");
+    let later_id = later["id"].as_str().unwrap_or_default().to_owned();
+
+    // The filtered long poll returns the timer's event once it fires (2 s, plus the
+    // deployment's bound: 1 s on serve, 5 s on AWS).
+    let event = loop {
+        assert!(
+            set_at.elapsed() < Duration::from_secs(40),
+            "the timer's event did not come within 40 s"
+        );
+        let page = mcp
+            .call(
+                "poll_events",
+                with(json!({"after": cursor, "types": "timer.*", "wait": 20})),
+            )
+            .await;
+        let page = page.ok("poll_events types timer.*").clone();
+        cursor = page["next_cursor"].as_u64().unwrap_or(cursor);
+        if let Some(e) = page["events"].as_array().and_then(|e| e.first()) {
+            break e.clone();
+        }
+    };
+    let took = set_at.elapsed();
+    assert!(
+        took >= Duration::from_millis(1_500) && took < Duration::from_secs(20),
+        "the timer's event came after {took:?}"
+    );
+    assert_eq!(event["type"], "timer.check", "{event}");
+    assert_eq!(event["source"], "timer", "{event}");
+    assert_eq!(event["ingress_surface"], "timer", "{event}");
+    assert_eq!(
+        event["data"],
+        json!({"timer_id": soon_id, "data": {"n": 1}}),
+        "{event}"
+    );
+
+    // list_timers: the pending one first, then the fired one with its event.
+    let listed = mcp.call("list_timers", with(json!({}))).await;
+    let listed = listed.ok("list_timers")["timers"].clone();
+    assert_eq!(listed[0]["id"], later_id.as_str(), "{listed}");
+    assert_eq!(listed[0]["status"], "pending", "{listed}");
+    assert_eq!(listed[1]["id"], soon_id.as_str(), "{listed}");
+    assert_eq!(listed[1]["status"], "fired", "{listed}");
+    assert_eq!(listed[1]["event_id"], event["id"], "{listed}");
+    assert_eq!(listed[1]["sequence"], event["sequence"], "{listed}");
+
+    // cancel_timer: the pending one is cancelled (again: the same); the fired one is not.
+    let cancelled = mcp
+        .call("cancel_timer", with(json!({"timer_id": later_id})))
+        .await;
+    let cancelled = cancelled.ok("cancel_timer")["timer"].clone();
+    assert_eq!(cancelled["status"], "cancelled", "{cancelled}");
+    assert!(cancelled["closed_at"].is_string(), "{cancelled}");
+    let again = mcp
+        .call("cancel_timer", with(json!({"timer_id": later_id})))
+        .await;
+    assert_eq!(
+        again.ok("cancel_timer again")["timer"]["status"],
+        "cancelled"
+    );
+    mcp.call("cancel_timer", with(json!({"timer_id": soon_id})))
+        .await
+        .expect_error("timer_fired", "cancel a fired timer");
+    mcp.call(
+        "cancel_timer",
+        with(json!({"timer_id": "tmr_doesnotexist"})),
+    )
+    .await
+    .expect_error("not_found", "cancel an unknown timer");
+
+    // idempotency_key: the same key and arguments answer the same timer.
+    let keyed = json!({"in_seconds": 900, "idempotency_key": "mcp-timer-1"});
+    let first = mcp.call("set_timer", with(keyed.clone())).await;
+    let first = first.ok("keyed set_timer")["timer"]["id"].clone();
+    let second = mcp.call("set_timer", with(keyed)).await;
+    assert_eq!(second.ok("keyed set_timer again")["timer"]["id"], first);
+    mcp.call("cancel_timer", with(json!({"timer_id": first})))
+        .await
+        .ok("cancel the keyed timer");
+
+    for (args, what) in [
+        (json!({}), "neither in_seconds nor fire_at"),
+        (json!({"in_seconds": 0}), "in_seconds 0"),
+        (json!({"in_seconds": 1.5}), "in_seconds 1.5"),
+        (
+            json!({"in_seconds": 60, "fire_at": "2030-01-01T00:00:00Z"}),
+            "both in_seconds and fire_at",
+        ),
+        (
+            json!({"fire_at": "2000-01-01T00:00:00Z"}),
+            "fire_at in the past",
+        ),
+        (json!({"in_seconds": 7200}), "after the address expires"),
+        (
+            json!({"in_seconds": 60, "type": "ping"}),
+            "a type not timer.*",
+        ),
+    ] {
+        mcp.call("set_timer", with(args))
+            .await
+            .expect_error("invalid_request", what);
+    }
 }
 
 /// A `wait` over 25 s is clamped to 25 (as on GET events): on an empty feed the call answers an empty

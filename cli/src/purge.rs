@@ -44,10 +44,15 @@ async fn work(args: PurgeArgs) -> ExitCode {
     if let Some(bucket) = args.aws.email_bucket_with(&sdk) {
         store = store.with_email_bucket(bucket);
     }
-    // An expiry watch that falls due tells the address's sockets `gone`.
+    // An expiry watch that falls due tells the address's sockets `gone`; a timer watch's
+    // events tell them, and wake the address's hooks (docs/API.md §20).
     if let Some(poster) = args.aws.socket_poster_with(&sdk) {
         store = store.with_sockets(poster);
     }
+    if let Some(queue) = args.aws.wake_queue_with(&sdk) {
+        store = store.with_wake_queue(queue);
+    }
+    let limits = args.service.limits();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     tracing::info!(queue = %queue_url, table = %args.aws.table, "purge worker started");
     loop {
@@ -77,6 +82,7 @@ async fn work(args: PurgeArgs) -> ExitCode {
                 &store,
                 body,
                 agentaddress_aws::PURGE_STEPS_PER_MESSAGE,
+                &limits,
                 SystemClock.now(),
             )
             .await

@@ -376,6 +376,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         );
     }
 
+    // The timer scheduler (docs/API.md §20): sleeps until the earliest pending timer.
+    let timers = tokio::spawn(agentaddress_api::timer_loop::run(
+        Arc::clone(&store),
+        retention.clone(),
+        Arc::clone(&clock),
+        shutdown_rx.clone(),
+    ));
     let sweeper = {
         let store = Arc::clone(&store);
         let clock = Arc::clone(&clock);
@@ -419,6 +426,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     let _ = sweeper.await;
     let _ = waking.await;
+    let _ = timers.await;
     if let Some((_, task)) = delivery {
         let _ = task.await;
     }

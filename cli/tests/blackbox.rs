@@ -102,6 +102,27 @@ async fn survives_restart() {
     scenarios::survives_restart(&c, restartable).await;
 }
 
+/// Timers pending across an abrupt restart fire after it, once, by the scheduler (docs/API.md
+/// §20: within 1 s on `serve`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pending_timers_fire_once_after_a_restart() {
+    let (c, mut server) = target().await;
+    let restartable = server.as_mut().map(|s| s as &mut dyn Restartable);
+    agentaddress_blackbox::timers::pending_timers_fire_once_after_a_restart(
+        &c,
+        restartable,
+        Duration::from_secs(1),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timer_wakes_a_filtered_long_poll() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::timers::a_timer_wakes_a_filtered_long_poll(&c, Duration::from_secs(1))
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_cas_increments() {
     let (c, _server) = target().await;

@@ -875,3 +875,207 @@ async fn exit_5_says_to_check_the_url() {
     .await;
     cli.assert_never_printed(&cli.token("t"));
 }
+
+/// `timer add|list|cancel` (docs/API.md §20) against a real `serve`: a timer 2 s ahead is
+/// pending, then fires into the feed, where `wait --type 'timer.*'` sees it within seconds, and
+/// `timer list` says fired; a timer an hour ahead is cancelled (twice alike), the fired one
+/// cannot be (`timer_fired`, exit 6); bad durations and arguments are refused before any
+/// request is made (against a dead URL: a request would be `unreachable`, exit 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_into_the_feed_and_cancel() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    cli.create(&["create", "t"]).await;
+
+    let dead = dead_url();
+    for bad in [
+        "0",
+        "0s",
+        "-5m",
+        "-1",
+        "1.5h",
+        "2hours",
+        "2 h",
+        "soon",
+        "",
+        "366d",
+        "31536001",
+        "99999999999999999999w",
+        "18446744073709551615w",
+    ] {
+        let out = cli
+            .run_with(&["timer", "add", "t", "--in", bad], Some(&dead), None)
+            .await;
+        let error = check_failure(&out, 2, "usage");
+        let message = error["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("--in"), "{bad:?}: {message}");
+    }
+    let out = cli
+        .run_with(
+            &["timer", "add", "t", "--in", "1h", "--data", "{nope"],
+            Some(&dead),
+            None,
+        )
+        .await;
+    check_failure(&out, 2, "invalid_json");
+    for bad_id in ["hk_x", "tmr_", "tmr_a/b", "../x"] {
+        let out = cli
+            .run_with(&["timer", "cancel", "t", bad_id], Some(&dead), None)
+            .await;
+        check_failure(&out, 2, "invalid_request");
+    }
+    // Exactly one of --in and --at (the argument parser's own errors, exit 2).
+    for args in [
+        &["timer", "add", "t"][..],
+        &[
+            "timer",
+            "add",
+            "t",
+            "--in",
+            "1h",
+            "--at",
+            "2030-01-01T00:00:00Z",
+        ],
+    ] {
+        let out = cli.run_with(args, Some(&dead), None).await;
+        assert_eq!(out.code, 2, "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+
+    // A timer 2 s ahead, and one an hour ahead.
+    let started = std::time::Instant::now();
+    let soon = cli
+        .ok(&[
+            "timer",
+            "add",
+            "t",
+            "--in",
+            "2s",
+            "--type",
+            "timer.check",
+            "--data",
+            r#"{"n": 1}"#,
+        ])
+        .await;
+    let soon = &soon["timer"];
+    assert_eq!(soon["status"], "pending", "{soon}");
+    assert_eq!(soon["type"], "timer.check", "{soon}");
+    assert_eq!(soon["data"], json!({"n": 1}), "{soon}");
+    let soon_id = soon["id"].as_str().unwrap_or_default().to_owned();
+    assert!(soon_id.starts_with("tmr_"), "{soon}");
+    let later = cli.ok(&["timer", "add", "t", "--in", "1h"]).await;
+    let later = &later["timer"];
+    assert_eq!(later["type"], "timer.fired", "the default type: {later}");
+    let later_id = later["id"].as_str().unwrap_or_default().to_owned();
+
+    let listed = cli.ok(&["timer", "list", "t"]).await;
+    let ids_and_status = |listed: &serde_json::Value| -> Vec<(String, String)> {
+        listed["timers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{listed}"))
+            .iter()
+            .map(|t| {
+                (
+                    t["id"].as_str().unwrap_or_default().to_owned(),
+                    t["status"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        ids_and_status(&listed),
+        vec![
+            (soon_id.clone(), "pending".to_owned()),
+            (later_id.clone(), "pending".to_owned())
+        ],
+        "{listed}"
+    );
+
+    // `wait --type 'timer.*'` prints the timer's event when it fires.
+    let out = cli
+        .run(&[
+            "wait",
+            "t",
+            "--type",
+            "timer.*",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ])
+        .await;
+    let took = started.elapsed();
+    assert_eq!(out.code, 0, "{out:?}");
+    let event: serde_json::Value =
+        serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(event["type"], "timer.check", "{event}");
+    assert_eq!(event["source"], "timer", "{event}");
+    assert_eq!(
+        event["data"],
+        json!({"timer_id": soon_id, "data": {"n": 1}}),
+        "{event}"
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(1_500)
+            && took < std::time::Duration::from_secs(15),
+        "the timer's event came after {took:?}"
+    );
+
+    let listed = cli.ok(&["timer", "list", "t"]).await;
+    assert_eq!(
+        ids_and_status(&listed),
+        vec![
+            (later_id.clone(), "pending".to_owned()),
+            (soon_id.clone(), "fired".to_owned())
+        ],
+        "pending first, then the closed: {listed}"
+    );
+    assert_eq!(listed["timers"][1]["event_id"], event["id"], "{listed}");
+    assert_eq!(listed["timers"][1]["sequence"], event["sequence"]);
+
+    // Cancel: the pending one (again: the same answer); the fired one cannot be.
+    let cancelled = cli.ok(&["timer", "cancel", "t", &later_id]).await;
+    assert_eq!(cancelled["timer"]["status"], "cancelled", "{cancelled}");
+    assert!(cancelled["timer"]["closed_at"].is_string(), "{cancelled}");
+    let again = cli.ok(&["timer", "cancel", "t", &later_id]).await;
+    assert_eq!(again["timer"]["status"], "cancelled", "{again}");
+    let error = cli
+        .fails(&["timer", "cancel", "t", &soon_id], 6, "timer_fired")
+        .await;
+    assert_eq!(error["http_status"], 409, "{error}");
+    cli.fails(
+        &["timer", "cancel", "t", "tmr_doesnotexist"],
+        4,
+        "not_found",
+    )
+    .await;
+
+    // --at: the time as given (here the cancelled timer's); one in the past is the server's
+    // invalid_request; --idempotency-key answers the same timer again.
+    let at = later["fire_at"].as_str().unwrap_or_default().to_owned();
+    let by_time = cli.ok(&["timer", "add", "t", "--at", &at]).await;
+    assert_eq!(by_time["timer"]["fire_at"], at.as_str(), "{by_time}");
+    cli.fails(
+        &["timer", "add", "t", "--at", "2000-01-01T00:00:00Z"],
+        2,
+        "invalid_request",
+    )
+    .await;
+    cli.fails(
+        &["timer", "add", "t", "--in", "1m", "--type", "ping"],
+        2,
+        "invalid_request",
+    )
+    .await;
+    let keyed = ["timer", "add", "t", "--in", "2d", "--idempotency-key", "k1"];
+    let first = cli.ok(&keyed).await;
+    let second = cli.ok(&keyed).await;
+    assert_eq!(first["timer"]["id"], second["timer"]["id"], "{second}");
+    cli.fails(
+        &["timer", "add", "t", "--in", "3d", "--idempotency-key", "k1"],
+        1,
+        "idempotency_key_reused",
+    )
+    .await;
+    cli.assert_never_printed(&cli.token("t"));
+}

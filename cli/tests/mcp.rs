@@ -285,7 +285,7 @@ async fn the_python_client_of_the_docs_runs() {
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
         [
-            "tools: 12",
+            "tools: 15",
             r#"event: 1 deploy.finished {"ok": true}"#,
             "next cursor: 1",
         ],

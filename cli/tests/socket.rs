@@ -49,6 +49,23 @@ async fn a_wrong_token_learns_nothing_and_deletion_says_gone() {
     sockets::wrong_token_learns_nothing_and_deletion_says_gone(&Client::new(&s.base)).await;
 }
 
+/// A timer fires by the scheduler alone and tells its socket within 1 s (docs/API.md §20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_fires_on_its_own_and_tells_a_socket() {
+    let s = server().await;
+    agentaddress_blackbox::timers::a_timer_fires_on_its_own_and_tells_a_socket(
+        &Client::new(&s.base),
+        std::time::Duration::from_secs(1),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_timer_never_fires() {
+    let s = server().await;
+    agentaddress_blackbox::timers::a_cancelled_timer_never_fires(&Client::new(&s.base)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filtered_socket_is_told_only_of_matches() {
     let s = server().await;

@@ -186,6 +186,18 @@ pub async fn run_http_deleting(groups: &[&'static Routes]) -> Result<(), Error> 
     serve_http(groups, None, &[], None, Some(PURGES), None).await
 }
 
+/// [`run_http`] for routes that set timers (the `requests` function, docs/API.md §20): the
+/// store gets the purge queue, on which each address's timer watch waits for its next timer.
+pub async fn run_http_timing(groups: &[&'static Routes]) -> Result<(), Error> {
+    serve_http(groups, None, &[], None, Some(PURGES), None).await
+}
+
+/// The `mcp` function: the MCP group, with what serves it; its tools set timers too, so the
+/// store gets the purge queue (as [`run_http_timing`]).
+pub async fn run_mcp(groups: &[&'static Routes], mcp: api::McpRoute) -> Result<(), Error> {
+    serve_http(groups, Some(mcp), &[], None, Some(PURGES), None).await
+}
+
 /// [`run_http`] for routes that read stored mail (the `email-api` function): the store gets the
 /// email bucket.
 pub async fn run_http_reading_mail(groups: &[&'static Routes]) -> Result<(), Error> {
@@ -368,21 +380,25 @@ pub async fn run_purge() -> Result<(), Error> {
     // Purging an address removes its stored messages too; a purge that needs more steps sends
     // its address to the queue again.
     let store = Arc::new(store(&service, Some(MAIL), Some(PURGES)).await?);
+    // A timer watch fires due timers (docs/API.md §20) with the service's limits.
+    let limits = Arc::new(service.limits());
     metrics_cloudwatch_embedded::lambda::service::run(
         init_metrics()?,
         lambda_runtime::service_fn(move |event: LambdaEvent<SqsEvent>| {
-            let store = Arc::clone(&store);
-            async move { Ok::<_, Error>(purge_batch(&store, event.payload).await) }
+            let (store, limits) = (Arc::clone(&store), Arc::clone(&limits));
+            async move { Ok::<_, Error>(purge_batch(&store, &limits, event.payload).await) }
         }),
     )
     .await
 }
 
-/// Handles one SQS batch.
-pub async fn purge_batch(store: &DynamoStore, batch: SqsEvent) -> SqsBatchResponse {
+/// Handles one SQS batch (purges, and watches: sockets' expiry, timers).
+pub async fn purge_batch(
+    store: &DynamoStore, limits: &agentaddress_core::domain::Limits, batch: SqsEvent,
+) -> SqsBatchResponse {
     consume_batch(batch, |record| async move {
         let body = record.body.as_deref().unwrap_or("");
-        handle_purge_message(store, body, PURGE_STEPS_PER_MESSAGE, SystemClock.now())
+        handle_purge_message(store, body, PURGE_STEPS_PER_MESSAGE, limits, SystemClock.now())
             .await
             .map(|_| ())
             .map_err(|e| {

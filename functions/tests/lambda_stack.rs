@@ -25,6 +25,17 @@ async fn limits() {
     scenarios::limits(&client()).await;
 }
 
+/// A waiting filtered long poll is answered with a timer's event within 5 s of its time
+/// (docs/API.md §20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timer_wakes_a_filtered_long_poll() {
+    agentaddress_blackbox::timers::a_timer_wakes_a_filtered_long_poll(
+        &client(),
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_filtered_poll_wakes_only_for_a_match() {
     agentaddress_blackbox::filtered::a_filtered_poll_wakes_only_for_a_match(&client()).await;

@@ -18,6 +18,22 @@ async fn a_filtered_socket_is_told_only_of_matches() {
     agentaddress_blackbox::filtered::a_filtered_socket_is_told_only_of_matches(&client()).await;
 }
 
+/// A timer fires with nobody reading: its watch (a delayed message on the purge queue, handled
+/// by the purge worker) appends its event and tells the socket within 5 s (docs/API.md §20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timer_fires_on_its_own_and_tells_a_socket() {
+    agentaddress_blackbox::timers::a_timer_fires_on_its_own_and_tells_a_socket(
+        &client(),
+        std::time::Duration::from_secs(5),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_timer_never_fires() {
+    agentaddress_blackbox::timers::a_cancelled_timer_never_fires(&client()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_learns_nothing_and_deletion_says_gone() {
     sockets::wrong_token_learns_nothing_and_deletion_says_gone(&client()).await;

@@ -363,3 +363,40 @@ fn socket_api_routes_and_notifier_permissions() {
     let out = serde_norway::to_string(&t["Outputs"]["SocketUrl"]).expect("yaml");
     assert!(out.contains("wss://${SocketApi}"), "{out}");
 }
+
+/// Timers (docs/API.md §20): the functions that create timers (`requests`, and `mcp`'s tools)
+/// arm the address's timer watch on the purge queue, and are updated after the purge function,
+/// which handles those watches by firing the due timers (appends: PutItem, UpdateItem, and the
+/// pending timer's DeleteItem through SocketNotifierPolicy).
+#[test]
+fn timer_watches_are_sent_by_the_timer_functions_and_handled_by_purge() {
+    let t = template();
+    let r = &t["Resources"];
+    for function in ["RequestsFunction", "McpFunction"] {
+        let policies =
+            serde_norway::to_string(&r[function]["Properties"]["Policies"]).expect("yaml");
+        assert!(
+            policies.contains("sqs:SendMessage") && policies.contains("PurgeQueue"),
+            "{function} arms timer watches: {policies}"
+        );
+        assert_eq!(
+            s(&r[function]["DependsOn"]),
+            "PurgeFunction",
+            "{function} is updated after the purge function knows timer watches"
+        );
+    }
+    let purge =
+        serde_norway::to_string(&r["PurgeFunction"]["Properties"]["Policies"]).expect("yaml");
+    for action in [
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "SocketNotifierPolicy",
+    ] {
+        assert!(
+            purge.contains(action),
+            "PurgeFunction fires timers: {action}"
+        );
+    }
+    let notifier = serde_norway::to_string(&r["SocketNotifierPolicy"]).expect("yaml");
+    assert!(notifier.contains("dynamodb:DeleteItem"), "{notifier}");
+}

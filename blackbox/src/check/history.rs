@@ -48,6 +48,9 @@ pub fn lossy_body(kind: usize, marker: &str) -> String {
     }
 }
 
+/// The `type` of the checker's timers' events (docs/API.md §20).
+pub const TIMER_TYPE: &str = "timer.check";
+
 /// Which part of the run issued a request.
 /// The `types` of the filtered consumers' polls (docs/API.md §21).
 pub const FILTER: &str = "state.*";
@@ -119,6 +122,11 @@ pub enum OpKind {
     ReadEvent { event_id: String },
     /// `POST {events_url}/{event_id}/ack`.
     Ack { event_id: String },
+    /// `POST {root}/timers` of `{"in_seconds", "type": TIMER_TYPE, "data": {"marker"}}` with
+    /// the marker as its Idempotency-Key (retries share both): docs/API.md §20.
+    SetTimer { marker: String, in_seconds: u64 },
+    /// `DELETE {root}/timers/{timer_id}`.
+    CancelTimer { timer_id: String },
 }
 
 impl OpKind {
@@ -152,6 +160,8 @@ impl OpKind {
             Self::Poll { .. } => "poll",
             Self::ReadEvent { .. } => "read_event",
             Self::Ack { .. } => "ack",
+            Self::SetTimer { .. } => "set_timer",
+            Self::CancelTimer { .. } => "cancel_timer",
         }
     }
 
@@ -165,6 +175,8 @@ impl OpKind {
                 | Self::DeliverRaw { .. }
                 | Self::Email { .. }
                 | Self::Ack { .. }
+                | Self::SetTimer { .. }
+                | Self::CancelTimer { .. }
         )
     }
 }

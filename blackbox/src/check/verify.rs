@@ -24,7 +24,7 @@
 //!
 //! This file runs the checks and assembles each address's feed; the checks themselves are in
 //! `verify/`: `conformance` (each request on its own), `consumers`, `state` (the replay of the
-//! feed, counters, the final state), `deliveries`, `acks` and `reads` (real time).
+//! feed, counters, the final state), `deliveries`, `timers`, `acks` and `reads` (real time).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -38,6 +38,7 @@ mod consumers;
 mod deliveries;
 mod reads;
 mod state;
+mod timers;
 
 use reads::Answered;
 
@@ -229,6 +230,7 @@ impl Verifier<'_> {
 
         self.counters(a, &ops, &replay.counter_last);
         self.deliveries(a, &ops, &feed);
+        self.timers(a, &ops, &feed);
         self.wakes(a, &feed, last);
         self.acks(a, &ops, &ids);
         self.reads(a, &ops, &feed, &ids, &replay, &answered, last);

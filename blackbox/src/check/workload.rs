@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use super::history::WakeSeen;
 use super::history::{
     email_message, lossy_body, OpKind, Outcome, Phase, COUNTER_PREFIX, DELIVERY_TYPE, FILTER,
-    LOSSY_BODIES,
+    LOSSY_BODIES, TIMER_TYPE,
 };
 use super::http::{Recorder, Req};
 use super::wakes::Receiver;
@@ -96,6 +96,10 @@ struct Slot {
     pacer: Arc<Pacer>,
     /// Event ids answered by deliveries, for single-event reads.
     known: Vec<String>,
+    /// When every timer set on it has fallen due, with room for the deployment's lateness:
+    /// its consumers drain only after then, so that no timer's event lands after the last
+    /// read of the feed (docs/API.md §20).
+    timers_due_by: Option<Instant>,
 }
 
 /// Spaces the feed polls of one address.
@@ -589,6 +593,7 @@ impl Ctx {
                     next: Mutex::new(Instant::now()),
                 }),
                 known: Vec::new(),
+                timers_due_by: None,
             });
             slots.len() - 1
         };
@@ -917,6 +922,8 @@ impl Ctx {
                 self.lossy_delivery(&who, a, n, &mut rng).await;
             } else if x < 0.88 && self.email_secret.is_some() {
                 self.email_delivery(&who, a, n, &mut rng).await;
+            } else if (0.88..0.91).contains(&x) {
+                self.timer(&who, a, n, &mut rng).await;
             } else {
                 self.read(&who, a, &mut rng).await;
             }
@@ -1054,6 +1061,77 @@ impl Ctx {
         }
     }
 
+    /// A timer 1–3 s ahead (docs/API.md §20), set with its marker as Idempotency-Key (an
+    /// unknown outcome is sent again, sometimes a landed one too); a third are cancelled at
+    /// once or a moment later, racing their firing. Each fires exactly once unless a cancel
+    /// answered 200 first.
+    async fn timer(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
+        if !self.reserve(a) {
+            return;
+        }
+        let marker = format!("{:x}-{who}-t{n}", self.seed);
+        let in_seconds = rng.gen_range(1..=3u64);
+        {
+            // Lateness: 1 s on `serve`, 5 s on AWS; the drain waits this long past the time.
+            let due = Instant::now() + Duration::from_secs(in_seconds + 8);
+            let mut slots = Self::lock(&self.slots);
+            let by = &mut slots[a].timers_due_by;
+            *by = Some(by.map_or(due, |b| b.max(due)));
+        }
+        let mut o = self.set_timer(who, a, &marker, in_seconds).await;
+        for _ in 0..80 {
+            if !o.is_ambiguous() {
+                break;
+            }
+            Self::pause(&o).await;
+            o = self.set_timer(who, a, &marker, in_seconds).await;
+        }
+        if !(o.is(201) || o.is(200)) {
+            if !o.is_ambiguous() {
+                self.unreserve(a);
+            }
+            return;
+        }
+        if rng.gen_bool(0.2) {
+            self.set_timer(who, a, &marker, in_seconds).await;
+        }
+        let Some(id) = o.body()["timer"]["id"].as_str().map(str::to_owned) else {
+            return;
+        };
+        if rng.gen_bool(0.33) {
+            let pause = rng.gen_range(0..=(in_seconds * 1000 + 500));
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let ad = self.addr(a);
+            let req =
+                Req::new(Method::DELETE, format!("{}/timers/{id}", ad.root)).bearer(&ad.token);
+            let kind = OpKind::CancelTimer { timer_id: id };
+            let c = self
+                .rec
+                .send(who, Phase::Workload, Some(a), kind, req)
+                .await;
+            if c.is(200) {
+                self.unreserve(a);
+            }
+        }
+    }
+
+    async fn set_timer(&self, who: &str, a: usize, marker: &str, in_seconds: u64) -> Outcome {
+        let ad = self.addr(a);
+        let body =
+            json!({"in_seconds": in_seconds, "type": TIMER_TYPE, "data": {"marker": marker}});
+        let req = Req::new(Method::POST, format!("{}/timers", ad.root))
+            .bearer(&ad.token)
+            .header("idempotency-key", marker)
+            .json(&body);
+        let kind = OpKind::SetTimer {
+            marker: marker.to_owned(),
+            in_seconds,
+        };
+        self.rec
+            .send(who, Phase::Workload, Some(a), kind, req)
+            .await
+    }
+
     /// A provider's signed delivery (no Idempotency-Key), sometimes redelivered by the
     /// "provider" — again, or three times at once — after it landed: one event in all.
     async fn signed_delivery(&self, who: &str, a: usize, n: u64, rng: &mut StdRng) {
@@ -1167,6 +1245,11 @@ impl Ctx {
         let mut failures = 0;
         loop {
             if target.is_none() && *activity.borrow() == Activity::Sealed {
+                // Every timer set on the address fires before the feed's end is taken.
+                let due_by = Self::lock(&self.slots)[a].timers_due_by;
+                if let Some(at) = due_by {
+                    tokio::time::sleep_until(at).await;
+                }
                 deadline = Some(Instant::now() + DRAIN_TIMEOUT);
                 match self.inspect_ok(&who, Phase::Drain, a).await {
                     Some(b) => target = b["usage"]["last_sequence"].as_u64(),

@@ -21,8 +21,8 @@ pub mod exit {
     pub const NOT_FOUND: u8 = 4;
     /// The saved credentials no longer work: `unauthorized` (401), `address_gone` (410).
     pub const AUTH: u8 = 5;
-    /// A conflict: `revision_conflict`, `state_limit_exceeded`, `quota_exceeded` (409),
-    /// `task_exists`, `file_exists`.
+    /// A conflict: `revision_conflict`, `state_limit_exceeded`, `quota_exceeded`,
+    /// `request_closed`, `timer_fired` (409), `task_exists`, `file_exists`.
     pub const CONFLICT: u8 = 6;
     /// Retry later: `rate_limited` (429), `unavailable` (503).
     pub const RETRY: u8 = 7;
@@ -141,7 +141,8 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         ErrorCode::RevisionConflict
         | ErrorCode::StateLimitExceeded
         | ErrorCode::QuotaExceeded
-        | ErrorCode::RequestClosed => exit::CONFLICT,
+        | ErrorCode::RequestClosed
+        | ErrorCode::TimerFired => exit::CONFLICT,
         ErrorCode::RateLimited | ErrorCode::Unavailable | ErrorCode::HookUnreachable => exit::RETRY,
         ErrorCode::OutboundNotConfigured => exit::OTHER,
         ErrorCode::MethodNotAllowed

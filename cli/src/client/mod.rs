@@ -1,5 +1,5 @@
 //! The command-line client, for agents that run shell commands: `create`, `import`, `handoff`,
-//! `poll`, `wait`, `ack`, `state …`, `attachment`, `inbox` and `hook …`. Credentials are saved per task in the credentials directory
+//! `poll`, `wait`, `ack`, `state …`, `attachment`, `inbox`, `hook …` and `timer …`. Credentials are saved per task in the credentials directory
 //! (`creds`), every answer is JSON on stdout, every error `{"error": {"code", "message"}}` on
 //! stderr with an exit code per kind of error (`error::exit`). docs/CLI.md is the manual.
 //!
@@ -11,6 +11,7 @@ mod attachment;
 mod creds;
 mod error;
 mod hook;
+mod timer;
 mod viewer;
 mod wait;
 
@@ -86,6 +87,9 @@ pub enum ClientCommand {
     /// Client: the wake hooks of TASK's address (`add`, `list`, `remove`, `test`): a signed
     /// POST to a URL of yours when matching events arrive, to start the agent's next run.
     Hook(hook::HookArgs),
+    /// Client: the timers of TASK's address (`add`, `list`, `cancel`): at its time a timer
+    /// appends one `timer.…` event to TASK's feed, which `wait --type 'timer.*'` waits for.
+    Timer(timer::TimerArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -388,6 +392,7 @@ async fn execute(command: ClientCommand, secret: &mut Option<String>) -> Result<
         ClientCommand::Inbox(args) => viewer::inbox(args, secret).await,
         ClientCommand::Import(args) => viewer::import(args, secret).await,
         ClientCommand::Hook(args) => hook::hook(args, secret).await,
+        ClientCommand::Timer(args) => timer::timer(args, secret).await,
     }
 }
 
@@ -849,6 +854,8 @@ mod tests {
         assert_eq!(x("address_gone"), 5);
         assert_eq!(x("revision_conflict"), 6);
         assert_eq!(x("task_exists"), 6);
+        assert_eq!(x("request_closed"), 6);
+        assert_eq!(x("timer_fired"), 6);
         assert_eq!(x("rate_limited"), 7);
         assert_eq!(x("timed_out"), 8);
         assert_eq!(x("interrupted"), 130);

@@ -7,5 +7,5 @@ use agentaddress_api::routes::groups;
 
 #[tokio::main]
 async fn main() -> Result<(), agentaddress_functions::Error> {
-    agentaddress_functions::run_http_with(&[&groups::MCP], Some(agentaddress_mcp::route), &[]).await
+    agentaddress_functions::run_mcp(&[&groups::MCP], agentaddress_mcp::route).await
 }

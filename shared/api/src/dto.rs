@@ -221,7 +221,7 @@ pub struct EventView {
     #[schema(rename = "type")]
     pub event_type: String,
     pub source: Option<String>,
-    /// `http`, `state` or `email`.
+    /// `http`, `state`, `email`, `request`, `outbound` or `timer`.
     pub ingress_surface: String,
     pub received_at: String,
     pub acknowledged_at: Option<String>,

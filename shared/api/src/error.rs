@@ -52,11 +52,13 @@ pub enum ErrorCode {
     InvalidHookUrl,
     /// docs/API.md §19: a test wake got no answer (the message says why).
     HookUnreachable,
+    /// docs/API.md §20: the timer fired before it could be cancelled.
+    TimerFired,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -82,6 +84,7 @@ impl ErrorCode {
         ErrorCode::OutboundNotConfigured,
         ErrorCode::InvalidHookUrl,
         ErrorCode::HookUnreachable,
+        ErrorCode::TimerFired,
     ];
 
     /// The code on the wire (`error.code`).
@@ -112,6 +115,7 @@ impl ErrorCode {
             Self::OutboundNotConfigured => "outbound_not_configured",
             Self::InvalidHookUrl => "invalid_hook_url",
             Self::HookUnreachable => "hook_unreachable",
+            Self::TimerFired => "timer_fired",
         }
     }
 
@@ -132,7 +136,8 @@ impl ErrorCode {
             Self::RevisionConflict
             | Self::QuotaExceeded
             | Self::StateLimitExceeded
-            | Self::RequestClosed => StatusCode::CONFLICT,
+            | Self::RequestClosed
+            | Self::TimerFired => StatusCode::CONFLICT,
             Self::AddressGone | Self::AttachmentUnavailable | Self::CodeExpired => StatusCode::GONE,
             Self::ContactNotConfirmed => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -204,6 +209,9 @@ impl ErrorCode {
                  host resolves to must be public."
             }
             Self::HookUnreachable => "The hook's receiver did not answer.",
+            Self::TimerFired => {
+                "This timer has fired already: its event is in the feed, and it cannot be cancelled."
+            }
         }
     }
 }
@@ -254,6 +262,12 @@ pub enum ApiError {
     ContactsFull,
     #[error("request closed")]
     RequestClosed,
+    /// `quota_exceeded` for timers: the address has its most pending timers (docs/API.md §20).
+    #[error("pending timers quota exceeded")]
+    TimersFull,
+    /// `timer_fired` (docs/API.md §20).
+    #[error("timer fired")]
+    TimerFired,
     #[error("state limit exceeded")]
     StateLimitExceeded,
     #[error("address gone")]
@@ -327,8 +341,10 @@ impl ApiError {
             | Self::EmailStorageFull
             | Self::OpenRequestsFull
             | Self::ContactsFull
-            | Self::HooksFull => ErrorCode::QuotaExceeded,
+            | Self::HooksFull
+            | Self::TimersFull => ErrorCode::QuotaExceeded,
             Self::RequestClosed => ErrorCode::RequestClosed,
+            Self::TimerFired => ErrorCode::TimerFired,
             Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
             Self::AddressGone => ErrorCode::AddressGone,
@@ -372,6 +388,11 @@ impl ApiError {
                  one must be answered or expire first."
                 .into(),
             Self::ContactsFull => "This address has its most contacts.".into(),
+            Self::TimersFull => format!(
+                "This address has its most pending timers ({}); one must fire or be cancelled \
+                 first.",
+                crate::domain::timer::MAX_PENDING_TIMERS
+            ),
             Self::HooksFull => format!(
                 "This address has its most wake hooks ({}); delete one first.",
                 crate::domain::hooks::MAX_HOOKS_PER_ADDRESS
@@ -549,6 +570,8 @@ mod tests {
             ApiError::OutboundNotConfigured,
             ApiError::InvalidHookUrl("x".into()),
             ApiError::HookUnreachable("x".into()),
+            ApiError::TimersFull,
+            ApiError::TimerFired,
             ApiError::Internal("secret detail".into()),
             ApiError::Unavailable("secret detail".into()),
         ];

@@ -194,9 +194,10 @@ impl FromRequestParts<AppState> for Authenticated {
 }
 
 /// An authenticated address whose due requests for a person have their `request.expired`
-/// events appended first (docs/API.md §12): what a handler extracts that reads or appends to
-/// the feed, reads or writes state, or shows a request, so that an expiry is never shown after
-/// something that happened later.
+/// events appended first (docs/API.md §12), and whose due timers have fired (§20): what a
+/// handler extracts that reads or appends to the feed, reads or writes state, or shows a
+/// request or a timer, so that an expiry or a timer is never shown after something that
+/// happened later.
 pub struct Current(pub Authenticated);
 
 impl FromRequestParts<AppState> for Current {
@@ -204,19 +205,20 @@ impl FromRequestParts<AppState> for Current {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let authenticated = Authenticated::from_request_parts(parts, state).await?;
-        expire_due(state, &authenticated.address, authenticated.now).await?;
+        append_due(state, &authenticated.address, authenticated.now).await?;
         Ok(Self(authenticated))
     }
 }
 
-/// Appends the `request.expired` events that are due (docs/API.md §12) before a read shows the
-/// feed or a request, or anything is appended: `address` is the record authentication loaded.
-pub async fn expire_due(
+/// Appends what is due — `request.expired` events (docs/API.md §12), timers' events (§20) —
+/// before a read shows the feed, a request or a timer, or anything is appended: `address` is
+/// the record authentication loaded.
+pub async fn append_due(
     state: &AppState, address: &crate::store::AddressRecord, now: Millis,
 ) -> Result<(), ApiError> {
     Ok(state
         .store
-        .expire_due(address, &state.config.limits, now)
+        .append_due(address, &state.config.limits, now)
         .await?)
 }
 
@@ -264,6 +266,19 @@ path_parameter!(
             Err(ApiError::invalid(
                 "Event ids are 1 to 64 characters of letters, digits, _ and -.",
             ))
+        }
+    }
+);
+
+path_parameter!(
+    /// `{timer_id}` (docs/API.md §20): 404 unless it has the shape of a timer id.
+    TimerId,
+    "timer_id",
+    |id| {
+        if crate::domain::timer::is_timer_id(id) {
+            Ok(())
+        } else {
+            Err(ApiError::not_found("No such timer."))
         }
     }
 );

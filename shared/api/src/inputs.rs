@@ -36,6 +36,8 @@ use fields::*;
 mod hooks;
 use hooks::{hook_list, hook_list_schema};
 pub use hooks::{HookRequest, HookStatusBody};
+mod timers;
+pub use timers::TimerRequest;
 
 /// `name` and `task_id`: 1 to 200 characters (docs/API.md §1).
 pub const LABEL_MAX_CHARS: usize = 200;

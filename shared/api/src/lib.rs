@@ -24,6 +24,7 @@ pub mod send_delivery;
 pub mod socket;
 pub mod stream;
 pub mod telemetry;
+pub mod timer_loop;
 pub mod wake_delivery;
 
 use std::sync::Arc;

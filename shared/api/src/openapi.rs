@@ -196,6 +196,22 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
             "get_request",
             &[Unauthorized, NotFound, AddressGone, RateLimited],
         ),
+        (
+            "create_timer",
+            &[
+                Unauthorized,
+                QuotaExceeded,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+                IdempotencyKeyReused,
+            ],
+        ),
+        ("list_timers", &[Unauthorized, AddressGone]),
+        (
+            "cancel_timer",
+            &[Unauthorized, NotFound, AddressGone, TimerFired],
+        ),
         ("request_page", &[NotFound]),
         (
             "answer_request",
@@ -385,6 +401,11 @@ const PARAMETERS: &[(&str, &str, &str)] = &[
         "^hk_[A-Za-z0-9_-]{1,61}$",
     ),
     (
+        "timer_id",
+        "A timer's id (`timer.id`, `tmr_…`).",
+        "^tmr_[A-Za-z0-9_-]{1,60}$",
+    ),
+    (
         "secret",
         "The request's secret: the last segment of its `url` (the person's capability).",
         "^[A-Za-z0-9_-]{1,64}$",
@@ -547,7 +568,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 44);
+        assert_eq!(operations, 47);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -45,7 +45,9 @@ pub enum RouteGroup {
     /// Its own function (`email-api`), so that only it links the MIME parser.
     Email,
     /// `POST {root}/requests`, `GET {root}/requests/{request_id}`, the person's page
-    /// `GET`/`POST /r/{request_id}/{secret}`, its stylesheet and its script (docs/API.md §12).
+    /// `GET`/`POST /r/{request_id}/{secret}`, its stylesheet and its script (docs/API.md §12);
+    /// and timers, `POST`/`GET {root}/timers`, `DELETE {root}/timers/{timer_id}` (§20): what an
+    /// agent waits on besides its feed.
     Requests,
     /// What calls out: `GET`, `POST {root}/email/contacts`, `POST {root}/email/send`
     /// (docs/API.md §16), and the wake hooks, `POST`/`GET {root}/hooks`, `PUT`/`DELETE
@@ -302,7 +304,7 @@ route_table! {
     State STATE "state" [list_state, get_state, put_state, delete_state]
     Service SERVICE "service" [home, favicon, healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]
     Email EMAIL "email-api" [inbound_email, get_attachment, get_raw_email, replay_email]
-    Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css, request_page_js]
+    Requests REQUESTS "requests" [create_request, get_request, request_page, answer_request, request_page_css, request_page_js, create_timer, list_timers, cancel_timer]
     Outbound OUTBOUND "outbound" [list_contacts, add_contact, send_email, add_hook, list_hooks, set_hook_status, delete_hook, test_hook]
     // Last: its list is empty (the macro's OpenAPI path list cannot have an empty group inside).
     Mcp MCP "mcp" []

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dto::{ErrorBody, EventView};
-use super::extract::expire_due;
+use super::extract::append_due;
 use super::extract::{parse_count, query_fields, Authenticated, Client, PathParams};
 use super::handlers::events::{charge_poll, EXPIRY_RECHECK};
 use super::inputs::{parse_fields, StreamParams};
@@ -110,16 +110,16 @@ pub async fn stream_events(
     // Subscribed before anything is read: every commit after this wakes the stream (the
     // expiry just below included, so that the stream then learns the next request's expiry).
     let wakeups = signal.subscribe(&address_id);
-    expire_due(&state, &record, now).await?;
+    append_due(&state, &record, now).await?;
     let until = |t: Millis| Duration::from_millis(u64::try_from(t - now).unwrap_or(0));
     let mut end = arrived + settings.max_duration;
     if let Some(expires) = record.expires_at {
         end = end.min(Instant::now() + until(expires));
     }
-    let request_expiry = record.next_request_expiry.filter(|t| *t > now);
+    let next_due = record.next_due().filter(|t| *t > now);
     let mut feed = Feed {
-        expiry_check: request_expiry.map(|t| Instant::now() + until(t)),
-        request_expiry,
+        expiry_check: next_due.map(|t| Instant::now() + until(t)),
+        next_due,
         shutdown: state.shutdown.clone(),
         state,
         address_id,
@@ -188,9 +188,9 @@ struct Feed {
     shutdown: watch::Receiver<bool>,
     /// The stream's end: its longest duration, or the address's expiry if that comes first.
     end: Instant,
-    /// The earliest expiry of an open request for a person (the service's clock), and when to
-    /// check it next (the monotonic clock).
-    request_expiry: Option<Millis>,
+    /// When something next falls due — a request's expiry, a timer (the service's clock) — and
+    /// when to check it next (the monotonic clock).
+    next_due: Option<Millis>,
     expiry_check: Option<Instant>,
     /// How long the stream may send nothing before a heartbeat, and when it last sent.
     heartbeat: Duration,
@@ -355,16 +355,17 @@ impl Feed {
     /// Waits for a commit to the feed, a request's expiry, the heartbeat, the stream's end or
     /// shutdown.
     async fn wait(&mut self, heartbeat_at: Instant) -> Result<Woke, Stop> {
-        // A request for a person expiring: its event is appended (and wakes this stream). The
-        // service's clock decides; checked again shortly if it is behind the monotonic one.
-        if let (Some(expiry), Some(at)) = (self.request_expiry, self.expiry_check) {
+        // A request for a person expiring or a timer falling due: its event is appended (and
+        // wakes this stream). The service's clock decides; checked again shortly if it is
+        // behind the monotonic one.
+        if let (Some(expiry), Some(at)) = (self.next_due, self.expiry_check) {
             if at <= Instant::now() {
                 let now = self.state.clock.now();
                 if now >= expiry {
                     self.expiry_check = None;
                     self.state
                         .store
-                        .expire_requests(&self.address_id, &self.state.config.limits, now)
+                        .append_due_of(&self.address_id, &self.state.config.limits, now)
                         .await
                         .map_err(|_| Stop::Done)?;
                     return self.refresh().await.map(|()| Woke::Feed);
@@ -399,9 +400,9 @@ impl Feed {
             tracing::debug!(address_id = %self.address_id, "stream ends: the address is gone");
             return Err(Stop::Done);
         };
-        self.request_expiry = record.next_request_expiry;
+        self.next_due = record.next_due();
         self.expiry_check = self
-            .request_expiry
+            .next_due
             .map(|t| Instant::now() + Duration::from_millis(u64::try_from(t - now).unwrap_or(0)));
         Ok(())
     }

@@ -1,5 +1,11 @@
 //! The append transaction (crate docs): one `TransactWriteItems` per delivery, state write or
 //! state delete, the feed quota checked before it, and how its cancellation reasons are read.
+//!
+//! An event that closes a record — a request answered or expired (docs/API.md §12), a timer
+//! fired (§20) — is appended by the same transaction with the record's items riding in it
+//! ([`Closing`]): the record conditioned on its still being open, and META's revision of that
+//! kind of record ([`Revision`]) beside the sequence bump, so that either everything applies or
+//! nothing does.
 
 use std::collections::HashMap;
 
@@ -12,7 +18,6 @@ use aws_sdk_dynamodb::types::{
 use crate::capacity::Tally;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
-use crate::requests::RequestClose;
 use crate::retry::uuid_like;
 use crate::store::rules::{self, Quota};
 use crate::store::{
@@ -142,6 +147,66 @@ impl Claim {
     }
 }
 
+/// A kind of record whose open ones META keeps a revision and an earliest due time of: each
+/// step that opens or closes one is conditioned on the revision it read (so that a cap and the
+/// earliest due time are judged on what the transaction replaces) and moves it on.
+pub(crate) struct Revision {
+    /// META's revision attribute (`qrev`, `trev`).
+    pub(crate) rev: &'static str,
+    /// META's earliest due time of the open records (`next_request_expiry`, `next_timer_at`).
+    pub(crate) next: &'static str,
+}
+
+impl Revision {
+    /// Adds to a META update (`update` is empty, or a `SET` clause; call it last, as it may
+    /// end the expression with a `REMOVE` clause): the revision + 1, conditioned on `read` (the
+    /// revision as read: 0 is absent), and the earliest due time set to `next` (removed when
+    /// `None`).
+    pub(crate) fn meta_update(
+        &self, read: u64, next: Option<Millis>, update: &mut String, condition: &mut String,
+        values: &mut Item,
+    ) {
+        let (rev, due) = (self.rev, self.next);
+        update.push_str(if update.is_empty() { "SET " } else { ", " });
+        update.push_str(&format!("{rev} = :{rev}_next"));
+        values.insert(format!(":{rev}_next"), n(read + 1));
+        if read == 0 {
+            condition.push_str(&format!(" AND attribute_not_exists({rev})"));
+        } else {
+            condition.push_str(&format!(" AND {rev} = :{rev}_cur"));
+            values.insert(format!(":{rev}_cur"), n(read));
+        }
+        match next {
+            Some(t) => {
+                update.push_str(&format!(", {due} = :{rev}_due"));
+                values.insert(format!(":{rev}_due"), n(t));
+            }
+            None => update.push_str(&format!(" REMOVE {due}")),
+        }
+    }
+}
+
+/// A record an appended event closes in the same transaction (module docs): a request's
+/// (`requests::RequestClose`), a timer's (`timers::TimerClose`).
+pub(crate) trait Closing: Send + Sync {
+    /// Its part of the META update (see [`Revision::meta_update`]).
+    fn meta_update(&self, update: &mut String, condition: &mut String, values: &mut Item);
+
+    /// Its items, the first conditioned on the record's still being open (its cancellation
+    /// reason is the one [`Closing::closed`] reads), made knowing the event that closes it
+    /// (`None`: a close without an event, a timer's cancel).
+    fn items(
+        &self, table: &str, address_id: &str, event: Option<&EventRef>, now: Millis,
+    ) -> StoreResult<Vec<TransactWriteItem>>;
+
+    /// What the first item's failed condition says, from the item as it stands: `None` when
+    /// it decides nothing (the caller re-reads).
+    fn closed(&self, current: &Item) -> Option<Cancelled> {
+        let _ = current;
+        None
+    }
+}
+
 /// The state change that rides along with an appended event.
 pub(crate) enum StateChange {
     Put {
@@ -201,19 +266,19 @@ impl DynamoStore {
             .await
     }
 
-    /// [`DynamoStore::append_tx`], closing a request in the same transaction when `request`
-    /// is given (its items conditioned on the request being open; see `requests`).
+    /// [`DynamoStore::append_tx`], closing a record in the same transaction when `close` is
+    /// given ([`Closing`]: its items conditioned on the record being open).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn append_closing_tx(
         &self, address: &AddressRecord, event: &NewEvent, claim: Option<&Claim>,
-        state: Option<&StateChange>, request: Option<&RequestClose>, limits: &Limits, now: Millis,
+        state: Option<&StateChange>, close: Option<&dyn Closing>, limits: &Limits, now: Millis,
     ) -> StoreResult<Result<EventRef, Cancelled>> {
         self.append_riding_tx(
             address,
             event,
             claim,
             state,
-            request,
+            close,
             &|_| Ok(Vec::new()),
             limits,
             now,
@@ -229,7 +294,7 @@ impl DynamoStore {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn append_riding_tx(
         &self, address: &AddressRecord, event: &NewEvent, claim: Option<&Claim>,
-        state: Option<&StateChange>, request: Option<&RequestClose>,
+        state: Option<&StateChange>, close: Option<&dyn Closing>,
         riders: &(dyn Fn(&EventRef) -> StoreResult<Vec<TransactWriteItem>> + Send + Sync),
         limits: &Limits, now: Millis,
     ) -> StoreResult<Result<EventRef, Cancelled>> {
@@ -259,8 +324,8 @@ impl DynamoStore {
             "seq = :cur AND attribute_not_exists(deleted_at) AND \
              (attribute_not_exists(expires_at) OR expires_at > :now)",
         );
-        if let Some(r) = request {
-            r.meta_update(&mut update_expr, &mut condition, &mut values);
+        if let Some(c) = close {
+            c.meta_update(&mut update_expr, &mut condition, &mut values);
         }
         items.push(
             TransactWriteItem::builder()
@@ -368,15 +433,16 @@ impl DynamoStore {
             )?);
         }
 
-        let mut request_index = None;
-        if let Some(r) = request {
-            request_index = Some(items.len());
-            items.extend(r.items(&self.table, id, now)?);
-        }
-        items.extend(riders(&EventRef {
+        let at = EventRef {
             id: event_id.clone(),
             sequence: seq,
-        })?);
+        };
+        let mut close_index = None;
+        if let Some(c) = close {
+            close_index = Some(items.len());
+            items.extend(c.items(&self.table, id, Some(&at), now)?);
+        }
+        items.extend(riders(&at)?);
 
         // One token per transaction, set here and not by the SDK: every SDK attempt of this
         // call re-sends it unchanged, and a new read-modify-write gets a new one.
@@ -422,16 +488,18 @@ impl DynamoStore {
                             idem_index,
                             now,
                         );
-                        // A request closed meanwhile (its condition failed with the item as
-                        // it is) is the answer unless the address is gone; an unreadable one
-                        // is re-read by the retry.
-                        let closed = request_index
-                            .and_then(|i| reasons.get(i))
-                            .filter(|r| r.code() == Some("ConditionalCheckFailed"))
-                            .and_then(|r| r.item())
-                            .and_then(|item| RequestRecord::from_item(item).ok());
+                        // A record closed meanwhile (its condition failed with the item as it
+                        // is) is the answer unless the address is gone, when its kind says so
+                        // (a request's); otherwise the retry re-reads.
+                        let closed = close.zip(close_index).and_then(|(c, i)| {
+                            reasons
+                                .get(i)
+                                .filter(|r| r.code() == Some("ConditionalCheckFailed"))
+                                .and_then(|r| r.item())
+                                .and_then(|item| c.closed(item))
+                        });
                         Ok(Err(match (cancelled, closed) {
-                            (Cancelled::Retry, Some(request)) => Cancelled::RequestClosed(request),
+                            (Cancelled::Retry, Some(closed)) => closed,
                             (cancelled, _) => cancelled,
                         }))
                     }

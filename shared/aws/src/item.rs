@@ -320,6 +320,7 @@ impl FromItem for AddressRecord {
             state_keys: f.count("state_keys")?,
             state_bytes: f.count("state_bytes")?,
             next_request_expiry: f.opt_i("next_request_expiry")?,
+            next_timer_at: f.opt_i("next_timer_at")?,
             hook_types: crate::hooks::meta_hook_types(&f)?,
             verification: match f.opt_s("verification")? {
                 None => None,

@@ -2,7 +2,7 @@
 //!
 //! | item | pk | sk |
 //! |---|---|---|
-//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, verification, qrev, ttl) |
+//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, verification, qrev, trev, next_timer_at, ttl) |
 //! | state key | `A#{id}` | `S#{key}` |
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |
@@ -18,6 +18,11 @@
 //! | send key | `A#{id}` | `OK#{sha256(key)}` (send_id, body_hash, seq, event_id, ttl) |
 //! | sends of a day | `A#{id}` | `OD#{utc_day}` (count, ttl) |
 //! | hook | `A#{id}` | `H#{hook_id}` (url, types, format, headers, secret, debounce_seconds, status, created_at, delivery state, revision, order, write_id, ttl: docs/API.md §19) |
+//! | pending timer | `A#{id}` | `T#{timer_id}` (fire_at, type, data, created_at, status, ttl: docs/API.md §20) |
+//! | closed timer | `A#{id}` | `TX#{closed_at:020}#{timer_id}` (the timer fired or cancelled, closed_at, event_id, event_seq, ttl: newest first in one `Query`) |
+//! | closed timer's pointer | `A#{id}` | `TC#{timer_id}` (closed_sk, ttl: a closed timer by id) |
+//! | timer key | `A#{id}` | `TK#{sha256(key)}` (timer_id, body_hash, ttl) |
+//! | watches | `A#{id}` | `WN` (the socket counter's epoch; watch_until, timer_watch_until: when each pending watch message falls due) |
 //! | viewer sign-in code | `V#{sha256(code)}` | `V` (address_id, sealed, created_at, expires_at, used_at, used_by, ttl: docs/API.md §13) |
 //!
 //! META also counts the address's contacts (`contacts`) for their cap (docs/API.md §16), and its
@@ -78,6 +83,10 @@
 //! - `purge`: purging deleted addresses (queue, step, message handler);
 //! - `rate_limit`: rate-limit counters;
 //! - `requests`: requests for a person (docs/API.md §12): creation, reads, answers, expiry;
+//! - `timers`: timers (docs/API.md §20): creation, listing, cancel, firing by the append
+//!   transaction (the same close requests use, `append::Closing`), and their watch;
+//! - `watch`: "wake address A at T" for a purpose (the sockets' expiry, timers): delayed
+//!   messages on the purge queue, one pending per address and purpose;
 //! - `contacts`: outbound email's contacts and their codes (docs/API.md §16); `sends`: its
 //!   sends, recorded with their `email.sent` event, claimed and finished (the send queue
 //!   drives deliveries); `cond_update`: the conditional `UpdateItem` both use;
@@ -114,8 +123,10 @@ mod retry;
 mod sends;
 mod sockets;
 mod state;
+mod timers;
 mod viewer;
 mod wake_queue;
+mod watch;
 
 pub use append::{applied_by_us, classify_cancellation, Cancelled};
 pub use aws_config::SdkConfig;

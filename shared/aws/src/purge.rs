@@ -1,16 +1,21 @@
 //! Purging a deleted (or expired) address's items: the queue DELETE sends it to, one purge step,
-//! and the handler of one purge message. The same queue carries the wake-up sockets' expiry
-//! watches (delayed messages, [`DynamoStore::watch_expiry`]).
+//! and the handler of one purge message. The same queue carries the watches (`watch`: delayed
+//! messages that wake an address at a time, for the wake-up sockets' expiry and for timers).
+//!
+//! Every item of an address is in its partition (`A#{id}`) except the request items its
+//! request entries name, so a step's `Query` of the partition finds them all: timers' items
+//! (`T#`, `TX#`, `TC#`, `TK#`) and the watch item (`WN`) included.
 
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::ReturnConsumedCapacity;
 
 use crate::capacity::Tally;
-use crate::domain::{ids, Millis};
+use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
 use crate::requests::{entry_request_id, request_key};
 use crate::store::{StoreError, StoreResult};
+use crate::watch::Watch;
 use crate::{DynamoStore, Item};
 
 /// Where DELETE sends the address to purge. A trait object, so that only the programs that
@@ -226,45 +231,97 @@ impl DynamoStore {
 }
 
 /// The body of a purge queue message: which deleted address to purge (written by
-/// [`DynamoStore::enqueue_purge`]), or, with `expiry_watch`, which address's subscribed sockets
-/// to tell `gone` once it has expired ([`DynamoStore::watch_expiry`]). Read by
-/// [`handle_purge_message`].
+/// [`DynamoStore::enqueue_purge`]), or, with `watch`, which address a watch wakes, and for what
+/// (`watch`: [`Watch::Expiry`] tells its subscribed sockets `gone` once it has expired,
+/// [`Watch::Timers`] fires its due timers). Read by [`handle_purge_message`].
+///
+/// On the queue: `{"address_id"}` for a purge, `{"address_id", "watch": "timers", "due"}` for a
+/// timer watch; an expiry watch, older than the `watch` member, is still written
+/// `{"address_id", "expiry_watch": true, "due"}`, so that the consumer of the version before
+/// reads it alike during a deployment (the template updates the purge function before the
+/// function that sends timer watches).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(from = "WireMessage", into = "WireMessage")]
 pub struct PurgeMessage {
     pub address_id: String,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub expiry_watch: bool,
-    /// An expiry watch's due time (ms since the epoch): the watch goes on only while the
-    /// address's `watch_until` is still this, so a duplicate message ends instead of forking.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What the watch wakes the address for; `None`: a purge.
+    pub watch: Option<Watch>,
+    /// A watch's due time (ms since the epoch): the watch goes on only while the address's
+    /// record of its pending message is still this, so a duplicate message ends instead of
+    /// forking.
     pub due: Option<Millis>,
+}
+
+/// [`PurgeMessage`] as written on the queue.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WireMessage {
+    address_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    watch: Option<Watch>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    expiry_watch: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    due: Option<Millis>,
+}
+
+impl From<WireMessage> for PurgeMessage {
+    fn from(w: WireMessage) -> Self {
+        Self {
+            address_id: w.address_id,
+            watch: w.watch.or(w.expiry_watch.then_some(Watch::Expiry)),
+            due: w.due,
+        }
+    }
+}
+
+impl From<PurgeMessage> for WireMessage {
+    fn from(m: PurgeMessage) -> Self {
+        let expiry_watch = m.watch == Some(Watch::Expiry);
+        Self {
+            address_id: m.address_id,
+            watch: m.watch.filter(|_| !expiry_watch),
+            expiry_watch,
+            due: m.due,
+        }
+    }
 }
 
 impl PurgeMessage {
     pub fn new(address_id: &str) -> Self {
         Self {
             address_id: address_id.to_owned(),
-            expiry_watch: false,
+            watch: None,
             due: None,
+        }
+    }
+
+    /// A `watch` of `address_id`, falling due at `due`.
+    pub fn watch(address_id: &str, watch: Watch, due: Millis) -> Self {
+        Self {
+            address_id: address_id.to_owned(),
+            watch: Some(watch),
+            due: Some(due),
         }
     }
 
     /// An expiry watch of `address_id`, falling due at `due`.
     pub fn expiry_watch(address_id: &str, due: Millis) -> Self {
-        Self {
-            address_id: address_id.to_owned(),
-            expiry_watch: true,
-            due: Some(due),
-        }
+        Self::watch(address_id, Watch::Expiry, due)
+    }
+
+    /// A timer watch of `address_id`, falling due at `due`.
+    pub fn timer_watch(address_id: &str, due: Millis) -> Self {
+        Self::watch(address_id, Watch::Timers, due)
     }
 
     /// The message's JSON body.
     pub fn to_body(&self) -> String {
-        // A struct of one string field always serializes.
+        // Strings, a unit enum and integers always serialize.
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// A message body, if it is one with a valid address id (other members are ignored).
+    /// A message body, if it is one with a valid address id (other members are ignored; an
+    /// unknown `watch` is not a message of this version).
     pub fn parse(body: &str) -> Option<Self> {
         serde_json::from_str::<Self>(body)
             .ok()
@@ -274,26 +331,36 @@ impl PurgeMessage {
 
 /// Handles one purge message ([`PurgeMessage`]): deletes up to `steps` batches of the
 /// address's items and, when some remain, sends the message again so another invocation goes on.
-/// An expiry watch deletes nothing ([`DynamoStore::check_expiry`]).
+/// A watch deletes nothing: an expiry watch tells the sockets of an expired address `gone`
+/// ([`DynamoStore::check_expiry`]), a timer watch fires the due timers with `limits` and moves
+/// on to the next ([`DynamoStore::check_timers`]).
 pub async fn handle_purge_message(
-    store: &DynamoStore, body: &str, steps: usize, now: Millis,
+    store: &DynamoStore, body: &str, steps: usize, limits: &Limits, now: Millis,
 ) -> StoreResult<PurgeProgress> {
     let message = PurgeMessage::parse(body)
-        .ok_or_else(|| StoreError::Internal("purge message without a valid address_id".into()))?;
+        .ok_or_else(|| StoreError::Internal("not a purge message of this version".into()))?;
     let id = message.address_id;
-    if message.expiry_watch {
-        store.check_expiry(&id, message.due, now).await?;
-        return Ok(PurgeProgress {
-            deleted_items: 0,
-            done: true,
-        });
-    }
+    let watched = match message.watch {
+        Some(Watch::Expiry) => store.check_expiry(&id, message.due, now).await,
+        Some(Watch::Timers) => store.check_timers(&id, message.due, limits, now).await,
+        None => return purge_steps(store, &id, steps, now).await,
+    };
+    watched.map(|()| PurgeProgress {
+        deleted_items: 0,
+        done: true,
+    })
+}
+
+/// Up to `steps` purge steps of address `id`; the message again when items remain.
+async fn purge_steps(
+    store: &DynamoStore, id: &str, steps: usize, now: Millis,
+) -> StoreResult<PurgeProgress> {
     // Its sockets are told `gone` before their subscriptions go with the rest (the deletion
     // told them already, unless that failed or raced this purge).
-    store.tell_sockets(&id, None, &[], now).await;
+    store.tell_sockets(id, None, &[], now).await;
     let mut total = 0;
     for _ in 0..steps.max(1) {
-        let step = store.purge_address(&id, 500, now).await?;
+        let step = store.purge_address(id, 500, now).await?;
         total += step.deleted_items;
         if step.done {
             tracing::info!(address_id = %id, deleted_items = total, "purged");
@@ -303,7 +370,7 @@ pub async fn handle_purge_message(
             });
         }
     }
-    store.enqueue_purge(&id).await?;
+    store.enqueue_purge(id).await?;
     Ok(PurgeProgress {
         deleted_items: total,
         done: false,
@@ -312,7 +379,7 @@ pub async fn handle_purge_message(
 
 #[cfg(test)]
 mod tests {
-    use super::PurgeMessage;
+    use super::{PurgeMessage, Watch};
 
     #[test]
     fn a_purge_message_is_its_address_id() {
@@ -326,6 +393,11 @@ mod tests {
         );
         assert_eq!(PurgeMessage::parse(&w.to_body()), Some(w));
         assert_eq!(
+            PurgeMessage::parse(r#"{"address_id":"addr_x-1","watch":"expiry","due":5}"#),
+            Some(PurgeMessage::expiry_watch("addr_x-1", 5)),
+            "an expiry watch read either way"
+        );
+        assert_eq!(
             PurgeMessage::parse(r#"{"address_id":"addr_y","extra":1}"#),
             Some(PurgeMessage::new("addr_y"))
         );
@@ -336,8 +408,27 @@ mod tests {
             r#"{"address_id":7}"#,
             r#"{"address_id":"a/b"}"#,
             r#"{"address_id":""}"#,
+            r#"{"address_id":"addr_y","watch":"someday","due":5}"#,
+            r#"{"address_id":"addr_y","watch":7}"#,
         ] {
             assert_eq!(PurgeMessage::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_timer_watch_names_its_purpose_and_due_time() {
+        let t = PurgeMessage::timer_watch("addr_x-1", 1_800_000_000_000);
+        assert_eq!(
+            t.to_body(),
+            r#"{"address_id":"addr_x-1","watch":"timers","due":1800000000000}"#
+        );
+        assert_eq!(PurgeMessage::parse(&t.to_body()), Some(t.clone()));
+        assert_eq!(t.watch, Some(Watch::Timers));
+        assert_ne!(
+            PurgeMessage::parse(&t.to_body()),
+            Some(PurgeMessage::expiry_watch("addr_x-1", 1_800_000_000_000))
+        );
+        // A purge is neither.
+        assert_eq!(PurgeMessage::new("addr_x-1").watch, None);
     }
 }

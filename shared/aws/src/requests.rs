@@ -35,7 +35,7 @@ use aws_sdk_dynamodb::types::{
     TransactWriteItem, Update,
 };
 
-use crate::append::Cancelled;
+use crate::append::{Cancelled, Closing, Revision};
 use crate::capacity::Tally;
 use crate::cond_update::new_item;
 use crate::domain::request::{CommentMode, RequestStatus};
@@ -44,8 +44,8 @@ use crate::item::*;
 use crate::retry::with_append_retries;
 use crate::store::rules;
 use crate::store::{
-    AddressRecord, Answer, AnswerOutcome, CreatedRequest, NewRequest, RequestRecord, StoreError,
-    StoreResult,
+    AddressRecord, Answer, AnswerOutcome, CreatedRequest, EventRef, NewRequest, RequestRecord,
+    StoreError, StoreResult,
 };
 use crate::{DynamoStore, Item};
 
@@ -169,32 +169,11 @@ impl Read {
     }
 }
 
-/// Adds to a META update (`update` is empty, or a `SET` clause): `qrev` + 1, conditioned on the
-/// revision read, and `next_request_expiry` set to `next` (removed when `None`).
-fn meta_request_update(
-    read_qrev: u64, next: Option<Millis>, update: &mut String, condition: &mut String,
-    values: &mut Item,
-) {
-    update.push_str(if update.is_empty() {
-        "SET qrev = :qnext"
-    } else {
-        ", qrev = :qnext"
-    });
-    values.insert(":qnext".into(), n(read_qrev + 1));
-    if read_qrev == 0 {
-        condition.push_str(" AND attribute_not_exists(qrev)");
-    } else {
-        condition.push_str(" AND qrev = :qcur");
-        values.insert(":qcur".into(), n(read_qrev));
-    }
-    match next {
-        Some(t) => {
-            update.push_str(", next_request_expiry = :nre");
-            values.insert(":nre".into(), n(t));
-        }
-        None => update.push_str(" REMOVE next_request_expiry"),
-    }
-}
+/// META's revision of the open requests and their earliest expiry.
+pub(crate) const REQUESTS: Revision = Revision {
+    rev: "qrev",
+    next: "next_request_expiry",
+};
 
 /// How a closing event closes its request: the request item takes `status` (and the answer),
 /// on the condition that the request is open (and, for an answer, unexpired); its open entry
@@ -209,18 +188,15 @@ pub(crate) struct RequestClose {
     ttl: AttributeValue,
 }
 
-impl RequestClose {
-    /// The META update's part (see [`meta_request_update`]).
-    pub(crate) fn meta_update(
-        &self, update: &mut String, condition: &mut String, values: &mut Item,
-    ) {
-        meta_request_update(self.read_qrev, self.next_expiry, update, condition, values);
+impl Closing for RequestClose {
+    fn meta_update(&self, update: &mut String, condition: &mut String, values: &mut Item) {
+        REQUESTS.meta_update(self.read_qrev, self.next_expiry, update, condition, values);
     }
 
     /// The request item's conditional update (first: its cancellation reason is the one read)
     /// and its entry's.
-    pub(crate) fn items(
-        &self, table: &str, address_id: &str, now: Millis,
+    fn items(
+        &self, table: &str, address_id: &str, _event: Option<&EventRef>, now: Millis,
     ) -> StoreResult<Vec<TransactWriteItem>> {
         let status = match self.answer {
             Some(_) => RequestStatus::Answered,
@@ -272,6 +248,14 @@ impl RequestClose {
             TransactWriteItem::builder().delete(open_entry).build(),
             TransactWriteItem::builder().put(closed_entry).build(),
         ])
+    }
+
+    /// Another answer (or the expiry) won: the request as it stands (an unreadable one is
+    /// re-read).
+    fn closed(&self, current: &Item) -> Option<Cancelled> {
+        RequestRecord::from_item(current)
+            .ok()
+            .map(Cancelled::RequestClosed)
     }
 }
 
@@ -379,7 +363,7 @@ impl DynamoStore {
              (attribute_not_exists(expires_at) OR expires_at > :now)",
         );
         let mut values: Item = HashMap::from([(":now".into(), n(now))]);
-        meta_request_update(
+        REQUESTS.meta_update(
             read.qrev,
             Some(next),
             &mut update,

@@ -28,12 +28,12 @@
 //!
 //! An address that expires says nothing when it does (its items simply stop being read), so a
 //! subscribe to an address that expires within its subscription's lifetime starts an expiry
-//! watch ([`DynamoStore::watch_expiry`]): a message on the purge queue, delayed until the expiry
-//! (by hops of at most 15 minutes, SQS's longest delay), whose handler tells the subscribed
-//! sockets `gone`. The counter item's `watch_until` (when the pending message falls due) keeps
-//! it to one watch per address however many subscribes there are: a subscribe starts one only
-//! when none is due later, and a message goes on only while `watch_until` is still its own due
-//! time (a duplicate delivery of it ends there).
+//! watch ([`DynamoStore::watch_expiry`], a [`Watch::Expiry`] of `watch`): a message on the purge
+//! queue, delayed until the expiry (by hops of at most 15 minutes, SQS's longest delay), whose
+//! handler tells the subscribed sockets `gone`. The counter item's `watch_until` (when the
+//! pending message falls due) keeps it to one watch per address however many subscribes there
+//! are: a subscribe starts one only when none is pending, and a message goes on only while
+//! `watch_until` is still its own due time (a duplicate delivery of it ends there).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +48,7 @@ use crate::domain::patterns::{matches_any, TypePatterns};
 use crate::domain::{socket, Millis};
 use crate::item::*;
 use crate::store::{StoreError, StoreResult};
+use crate::watch::{Claim, Watch};
 use crate::DynamoStore;
 
 use crate::domain::socket::{MAX_SOCKETS_PER_ADDRESS, MAX_SUBSCRIPTIONS};
@@ -66,7 +67,7 @@ fn conn_pk(connection_id: &str) -> String {
 }
 
 const CONN_SK: &str = "W";
-const COUNTER_SK: &str = "WN";
+pub(crate) const COUNTER_SK: &str = "WN";
 
 /// What a subscribe did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -428,7 +429,7 @@ impl DynamoStore {
             return Ok(());
         };
         // `false`: a watch is pending, and it goes on while sockets are subscribed.
-        self.watch_from(address_id, at, now, Claim::NonePending)
+        self.watch_from(address_id, Watch::Expiry, at, now, Claim::NonePending)
             .await
             .map(|_| ())
     }
@@ -464,108 +465,12 @@ impl DynamoStore {
             Some(due) => Claim::Continues(due),
             None => Claim::NonePending,
         };
-        self.watch_from(address_id, at, now, claim)
+        self.watch_from(address_id, Watch::Expiry, at, now, claim)
             .await
             .map(|_| ())
     }
-
-    /// Records when the next watch message of `address_id` falls due (the counter item's
-    /// `watch_until`, if `claim` holds) and sends it, delayed until the expiry `at` or as long
-    /// as SQS allows. `false`: the claim did not hold (another watch is pending), nothing sent.
-    /// Without a purge queue, nothing.
-    async fn watch_from(
-        &self, address_id: &str, at: Millis, now: Millis, claim: Claim,
-    ) -> StoreResult<bool> {
-        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-        let Some(queue) = &self.purge else {
-            return Ok(false);
-        };
-        let delay = delay_until(at, now);
-        let due = now.saturating_add(Millis::try_from(delay.as_millis()).unwrap_or(Millis::MAX));
-        let update = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
-            .update_expression("SET watch_until = :due")
-            .expression_attribute_values(":due", n(due));
-        let update = match claim {
-            Claim::NonePending => update
-                .condition_expression("attribute_not_exists(watch_until) OR watch_until < :now")
-                .expression_attribute_values(":now", n(now)),
-            Claim::Continues(previous) => update
-                .condition_expression("watch_until = :previous")
-                .expression_attribute_values(":previous", n(previous)),
-        };
-        let recorded = update
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await
-            .tally(&self.metrics);
-        if let Err(e) = recorded {
-            return match e.as_service_error() {
-                Some(UpdateItemError::ConditionalCheckFailedException(_)) => Ok(false),
-                _ => Err(sdk_err("UpdateItem expiry watch", e)),
-            };
-        }
-        let sent = queue
-            .send(&crate::PurgeMessage::expiry_watch(address_id, due), delay)
-            .await;
-        if sent.is_err() {
-            // No message behind it: a later subscribe may start the watch again.
-            let _ = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key(pk(address_id), COUNTER_SK.into())))
-                .update_expression("REMOVE watch_until")
-                .condition_expression("watch_until = :due")
-                .expression_attribute_values(":due", n(due))
-                .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                .send()
-                .await
-                .tally(&self.metrics);
-        }
-        sent.map(|()| true)
-    }
-}
-
-/// What an expiry watch's next message claims.
-#[derive(Debug, Clone, Copy)]
-enum Claim {
-    /// A subscribe's: no watch falls due after now.
-    NonePending,
-    /// A watch message's: the pending watch is still the one that fell due then.
-    Continues(Millis),
-}
-
-/// The delay of an expiry watch's message falling due at `at`: whole seconds, rounded up (so
-/// that it is never early), at most SQS's longest delay (the watch then goes on from there).
-fn delay_until(at: Millis, now: Millis) -> Duration {
-    let ms = u64::try_from(at.saturating_sub(now)).unwrap_or(0);
-    Duration::from_secs(ms.div_ceil(1000)).min(crate::purge::MAX_QUEUE_DELAY)
 }
 
 fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> StoreError {
     StoreError::Internal(format!("request: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::delay_until;
-
-    #[test]
-    fn an_expiry_watch_falls_due_never_early_and_in_hops_of_15_minutes() {
-        assert_eq!(delay_until(10_000, 10_000), Duration::ZERO);
-        assert_eq!(delay_until(9_000, 10_000), Duration::ZERO);
-        assert_eq!(delay_until(10_001, 10_000), Duration::from_secs(1));
-        assert_eq!(delay_until(70_000, 10_000), Duration::from_secs(60));
-        assert_eq!(delay_until(70_500, 10_000), Duration::from_secs(61));
-        assert_eq!(
-            delay_until(10_000 + 7_200_000, 10_000),
-            Duration::from_secs(900)
-        );
-    }
 }

@@ -99,6 +99,10 @@ mod hook_conformance {
     agentaddress_core::store_hook_conformance_tests!(super::make().await);
 }
 
+mod timer_conformance {
+    agentaddress_core::store_timer_conformance_tests!(super::make().await);
+}
+
 mod dynamodb_only {
     use agentaddress_aws::handle_purge_message;
     use agentaddress_core::domain::{ids, mail_out, Ingress, Limits};
@@ -322,9 +326,15 @@ mod dynamodb_only {
         }
         assert!(before.len() >= 31 + 30 + 1 + 1 + 4 + 4);
         assert!(
-            handle_purge_message(&store, &format!("{{\"address_id\":\"{id}\"}}"), 1, T0)
-                .await
-                .is_err(),
+            handle_purge_message(
+                &store,
+                &format!("{{\"address_id\":\"{id}\"}}"),
+                1,
+                &agentaddress_core::domain::Limits::default(),
+                T0
+            )
+            .await
+            .is_err(),
             "a live address is never purged"
         );
         store.delete_address(&id, T0).await.expect("delete");
@@ -348,9 +358,211 @@ mod dynamodb_only {
             store.read_events(&id, 0, 10, 1 << 22, T0).await.map(|_| ()),
             Err(StoreError::AddressGone)
         );
-        assert!(handle_purge_message(&store, "not json", 1, T0)
-            .await
-            .is_err());
+        assert!(handle_purge_message(
+            &store,
+            "not json",
+            1,
+            &agentaddress_core::domain::Limits::default(),
+            T0
+        )
+        .await
+        .is_err());
+    }
+
+    /// A timer watch (docs/API.md §20) on a store with a purge queue: what a new timer arms, and
+    /// what a watch message that falls due does.
+    mod timer_watches {
+        use std::sync::Arc;
+        use std::time::Duration;
+
+        use agentaddress_aws::{handle_purge_message, DynamoStore, PurgeMessage};
+        use agentaddress_core::domain::{ids, Limits, Millis};
+        use agentaddress_core::store::conformance::T0;
+        use agentaddress_core::store::timer_conformance::new_timer;
+        use agentaddress_core::store::{prelude::*, NewTimer, TimerStatus};
+
+        use crate::expiry_watches::{taken, Queue};
+
+        const SEC: Millis = 1_000;
+        const HOUR: Millis = 3_600_000;
+
+        async fn store_with_queue() -> (DynamoStore, Arc<Queue>, String) {
+            let queue = Arc::new(Queue::default());
+            let store = crate::dynamo().await.with_purge_queue(queue.clone());
+            let id = ids::new_address_id();
+            store
+                .create_address(crate::new_address(&id, None))
+                .await
+                .expect("create");
+            (store, queue, id)
+        }
+
+        async fn create(store: &DynamoStore, id: &str, t: NewTimer, now: Millis) -> String {
+            store
+                .create_timer(id, t, &Limits::default(), now)
+                .await
+                .expect("create timer")
+                .timer
+                .id
+        }
+
+        /// The timer ids of the address's timer events, in feed order.
+        async fn fired(store: &DynamoStore, id: &str, now: Millis) -> Vec<String> {
+            store
+                .read_events(id, 0, 100, u64::MAX, now)
+                .await
+                .expect("read")
+                .events
+                .iter()
+                .filter(|e| e.source.as_deref() == Some("timer"))
+                .map(|e| {
+                    let data: serde_json::Value = serde_json::from_str(&e.data).expect("json");
+                    data["timer_id"].as_str().unwrap_or_default().to_owned()
+                })
+                .collect()
+        }
+
+        /// The one message sent since the last look: a timer watch of `id` due at `due`, sent
+        /// at `now`; its body.
+        fn one_watch(q: &Queue, id: &str, due: Millis, now: Millis) -> String {
+            let sent = taken(q);
+            let delay = u64::try_from((due - now) / 1000).expect("delay");
+            assert_eq!(
+                sent,
+                vec![(
+                    PurgeMessage::timer_watch(id, due),
+                    Duration::from_secs(delay)
+                )]
+            );
+            sent[0].0.to_body()
+        }
+
+        #[tokio::test]
+        async fn a_timer_watch_fires_the_due_timer_once_and_moves_on() {
+            let (store, queue, id) = store_with_queue().await;
+            let limits = Limits::default();
+            let soon = create(&store, &id, new_timer(10 * SEC, None), T0).await;
+            let body = one_watch(&queue, &id, T0 + 10 * SEC, T0);
+            // A later timer arms nothing: the pending watch falls due first.
+            let later = create(&store, &id, new_timer(2 * HOUR, None), T0 + SEC).await;
+            assert!(taken(&queue).is_empty());
+
+            // The watch falls due (a little late): the timer fires, and the watch goes on
+            // toward the next one, by SQS's longest delay.
+            let now = T0 + 10 * SEC + 300;
+            let progress = handle_purge_message(&store, &body, 8, &limits, now)
+                .await
+                .expect("watch");
+            assert!(progress.done && progress.deleted_items == 0);
+            assert_eq!(fired(&store, &id, now).await, vec![soon.clone()]);
+            let next = one_watch(&queue, &id, now + 900 * SEC, now);
+            let record = store.get_address(&id, now).await.expect("get").expect("a");
+            assert_eq!(record.next_timer_at, Some(T0 + 2 * HOUR));
+
+            // The same message again (SQS delivers at least once): nothing fires, nothing is
+            // sent.
+            handle_purge_message(&store, &body, 8, &limits, now + SEC)
+                .await
+                .expect("duplicate");
+            assert_eq!(fired(&store, &id, now + SEC).await, vec![soon.clone()]);
+            assert!(taken(&queue).is_empty(), "no second chain");
+
+            // The hops reach the later timer; it fires once, and the watch ends.
+            let mut body = next;
+            let mut at = now + 900 * SEC;
+            while at < T0 + 2 * HOUR {
+                handle_purge_message(&store, &body, 8, &limits, at)
+                    .await
+                    .expect("hop");
+                let due = (at + 900 * SEC).min(T0 + 2 * HOUR);
+                // Whole seconds, never early.
+                let due = at + (due - at + 999) / 1000 * 1000;
+                body = one_watch(&queue, &id, due, at);
+                at = due;
+            }
+            handle_purge_message(&store, &body, 8, &limits, at)
+                .await
+                .expect("last");
+            assert_eq!(
+                fired(&store, &id, at).await,
+                vec![soon.clone(), later.clone()]
+            );
+            assert!(taken(&queue).is_empty(), "nothing pending: the watch ends");
+            let listed = store.list_timers(&id, at).await.expect("list");
+            assert!(listed.iter().all(|t| t.status == TimerStatus::Fired));
+            assert_eq!(listed.len(), 2);
+
+            // A new timer after the watch ended arms it again.
+            create(&store, &id, new_timer(3 * HOUR, None), at).await;
+            one_watch(&queue, &id, at + 900 * SEC, at);
+        }
+
+        #[tokio::test]
+        async fn an_earlier_timer_supersedes_the_pending_watch() {
+            let (store, queue, id) = store_with_queue().await;
+            let limits = Limits::default();
+            create(&store, &id, new_timer(2 * HOUR, None), T0).await;
+            let hop = one_watch(&queue, &id, T0 + 900 * SEC, T0);
+            let soon = create(&store, &id, new_timer(5 * SEC, None), T0).await;
+            let first = one_watch(&queue, &id, T0 + 5 * SEC, T0);
+            handle_purge_message(&store, &first, 8, &limits, T0 + 5 * SEC)
+                .await
+                .expect("watch");
+            assert_eq!(fired(&store, &id, T0 + 5 * SEC).await, vec![soon]);
+            one_watch(&queue, &id, T0 + 905 * SEC, T0 + 5 * SEC);
+            // The superseded message falls due: it ends there.
+            handle_purge_message(&store, &hop, 8, &limits, T0 + 900 * SEC)
+                .await
+                .expect("superseded");
+            assert!(taken(&queue).is_empty());
+            // A cancelled timer's watch finds nothing and ends.
+            let (store, queue, id) = store_with_queue().await;
+            let t = create(&store, &id, new_timer(20 * SEC, None), T0).await;
+            let body = one_watch(&queue, &id, T0 + 20 * SEC, T0);
+            store.cancel_timer(&id, &t, T0 + SEC).await.expect("cancel");
+            handle_purge_message(&store, &body, 8, &limits, T0 + 20 * SEC)
+                .await
+                .expect("watch");
+            assert!(taken(&queue).is_empty());
+            assert!(fired(&store, &id, T0 + 20 * SEC).await.is_empty());
+        }
+
+        /// Every item a timer leaves in the partition goes with its address.
+        #[tokio::test]
+        async fn purge_removes_every_timer_item() {
+            let (store, _queue, id) = store_with_queue().await;
+            let limits = Limits::default();
+            create(&store, &id, new_timer(HOUR, Some(("k", "b"))), T0).await;
+            let cancelled = create(&store, &id, new_timer(HOUR, None), T0).await;
+            create(&store, &id, new_timer(SEC, None), T0).await;
+            store
+                .cancel_timer(&id, &cancelled, T0 + 1)
+                .await
+                .expect("cancel");
+            assert_eq!(store.fire_timers(&id, &limits, T0 + SEC).await, Ok(1));
+            let before = super::items_of(&store, &id).await;
+            for prefix in ["T#", "TX#", "TC#", "TK#", "WN"] {
+                assert!(
+                    before.iter().any(|sk| sk.starts_with(prefix)),
+                    "{prefix}: {before:?}"
+                );
+            }
+            assert_eq!(
+                before.iter().filter(|sk| sk.starts_with("T#")).count(),
+                1,
+                "only the pending timer's item is pending: {before:?}"
+            );
+            store
+                .delete_address(&id, T0 + 2 * SEC)
+                .await
+                .expect("delete");
+            let p = store
+                .purge_address(&id, 500, T0 + 2 * SEC)
+                .await
+                .expect("purge");
+            assert!(p.done);
+            assert_eq!(super::items_of(&store, &id).await, vec!["META".to_owned()]);
+        }
     }
 }
 
@@ -798,8 +1010,9 @@ mod expiry_watches {
         format!("conn{tag}-{run}=")
     }
 
+    /// A purge queue that keeps what is sent to it.
     #[derive(Debug, Default)]
-    struct Queue(Mutex<Vec<(PurgeMessage, Duration)>>);
+    pub(super) struct Queue(Mutex<Vec<(PurgeMessage, Duration)>>);
 
     #[async_trait::async_trait]
     impl PurgeQueue for Queue {
@@ -849,7 +1062,7 @@ mod expiry_watches {
             .expect("watch");
     }
 
-    fn taken(q: &Queue) -> Vec<(PurgeMessage, Duration)> {
+    pub(super) fn taken(q: &Queue) -> Vec<(PurgeMessage, Duration)> {
         std::mem::take(&mut *q.0.lock().expect("queue"))
     }
 
@@ -928,35 +1141,65 @@ mod expiry_watches {
         let first = one_watch(&queue, &id, 900, T0);
 
         // It falls due before the expiry: the next hop, nobody told.
-        let progress = handle_purge_message(&store, &first, 8, T0 + 900_000)
-            .await
-            .expect("watch");
+        let progress = handle_purge_message(
+            &store,
+            &first,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            T0 + 900_000,
+        )
+        .await
+        .expect("watch");
         assert!(progress.done && progress.deleted_items == 0);
         let second = one_watch(&queue, &id, 900, T0 + 900_000);
         // The same message again (SQS delivers at least once): it ends there, no second chain.
-        handle_purge_message(&store, &first, 8, T0 + 901_000)
-            .await
-            .expect("watch");
+        handle_purge_message(
+            &store,
+            &first,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            T0 + 901_000,
+        )
+        .await
+        .expect("watch");
         assert!(taken(&queue).is_empty());
         // A subscribe meanwhile starts no second watch.
         subscribe(&store, &id, &c("B"), Some(expires), T0 + 1_000_000).await;
         assert!(taken(&queue).is_empty());
-        handle_purge_message(&store, &second, 8, T0 + 1_800_000)
-            .await
-            .expect("watch");
+        handle_purge_message(
+            &store,
+            &second,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            T0 + 1_800_000,
+        )
+        .await
+        .expect("watch");
         let third = one_watch(&queue, &id, 900, T0 + 1_800_000);
         // Handled 1.5 s late: the last hop is the rest of the wait, rounded up to whole seconds.
         let late = T0 + 2_700_000 + 1_500;
-        handle_purge_message(&store, &third, 8, late)
-            .await
-            .expect("watch");
+        handle_purge_message(
+            &store,
+            &third,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            late,
+        )
+        .await
+        .expect("watch");
         let last = one_watch(&queue, &id, 899, late);
         assert!(poster.0.lock().expect("poster").is_empty());
 
         // Expired: `gone` to both sockets, their subscriptions end, the watch ends.
-        handle_purge_message(&store, &last, 8, expires + 500)
-            .await
-            .expect("watch");
+        handle_purge_message(
+            &store,
+            &last,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            expires + 500,
+        )
+        .await
+        .expect("watch");
         let mut told = std::mem::take(&mut *poster.0.lock().expect("poster"));
         told.sort();
         let frames: Vec<(String, serde_json::Value)> = told
@@ -1008,9 +1251,15 @@ mod expiry_watches {
             .unsubscribe_socket(&id, &c("D"))
             .await
             .expect("unsubscribe");
-        handle_purge_message(&store, &body, 8, T0 + 900_000)
-            .await
-            .expect("watch");
+        handle_purge_message(
+            &store,
+            &body,
+            8,
+            &agentaddress_core::domain::Limits::default(),
+            T0 + 900_000,
+        )
+        .await
+        .expect("watch");
         assert!(taken(&queue).is_empty());
         // A later subscribe, after the watch fell due, starts a new one.
         let now = T0 + 20 * 60_000;

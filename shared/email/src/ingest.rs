@@ -248,7 +248,7 @@ pub async fn deliver_email(
             },
         };
         // A request for a person that expired before this message gets its event first.
-        let appended = match store.expire_due(&address, limits, now).await {
+        let appended = match store.append_due(&address, limits, now).await {
             Ok(()) => store.append_email(&address.id, email, limits, now).await,
             Err(e) => Err(e),
         };

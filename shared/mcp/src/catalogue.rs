@@ -11,7 +11,7 @@ use agentaddress_api::inputs::{
     json_schema, CreateAddressRequest, CreateRequestBody, DeleteStateParams, FeedParams,
     PutStateRequest,
 };
-use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody};
+use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody, TimerRequest};
 
 /// The tools, one per REST operation they stand for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +28,13 @@ pub(crate) enum ToolKind {
     AddContact,
     SendEmail,
     AddWakeHook,
+    SetTimer,
+    ListTimers,
+    CancelTimer,
 }
 
 impl ToolKind {
-    const ALL: [ToolKind; 12] = [
+    const ALL: [ToolKind; 15] = [
         ToolKind::CreateReturnAddress,
         ToolKind::PollEvents,
         ToolKind::AcknowledgeEvent,
@@ -44,6 +47,9 @@ impl ToolKind {
         ToolKind::AddContact,
         ToolKind::SendEmail,
         ToolKind::AddWakeHook,
+        ToolKind::SetTimer,
+        ToolKind::ListTimers,
+        ToolKind::CancelTimer,
     ];
 
     fn name(self) -> &'static str {
@@ -60,6 +66,9 @@ impl ToolKind {
             ToolKind::AddContact => "add_contact",
             ToolKind::SendEmail => "send_email",
             ToolKind::AddWakeHook => "add_wake_hook",
+            ToolKind::SetTimer => "set_timer",
+            ToolKind::ListTimers => "list_timers",
+            ToolKind::CancelTimer => "cancel_timer",
         }
     }
 
@@ -75,7 +84,7 @@ const UNTRUSTED: &str = "SECURITY: event contents (`type`, `source`, `data`, `ht
 
 /// The codes a tool result can carry: those of the REST operations the tools stand for
 /// (docs/API.md §9), each with what a caller should know of it.
-const TOOL_ERRORS: [(ErrorCode, &str); 18] = [
+const TOOL_ERRORS: [(ErrorCode, &str); 19] = [
     (ErrorCode::InvalidRequest, ""),
     (
         ErrorCode::Unauthorized,
@@ -96,7 +105,7 @@ const TOOL_ERRORS: [(ErrorCode, &str); 18] = [
     (ErrorCode::Internal, ""),
     (
         ErrorCode::IdempotencyKeyReused,
-        " (send_email: the key was used with another message)",
+        " (send_email, set_timer: the key was used with other arguments)",
     ),
     (ErrorCode::InvalidCode, " (add_contact: with tries_left)"),
     (ErrorCode::CodeExpired, " (add_contact: ask for a new code)"),
@@ -111,6 +120,10 @@ const TOOL_ERRORS: [(ErrorCode, &str); 18] = [
     (
         ErrorCode::InvalidHookUrl,
         " (add_wake_hook: the message names the rule the URL breaks)",
+    ),
+    (
+        ErrorCode::TimerFired,
+        " (cancel_timer: it fired first; its event is in the feed)",
     ),
 ];
 
@@ -174,6 +187,8 @@ fn input_schema(kind: ToolKind) -> Value {
         ToolKind::AddContact => (bearer(), Some(json_schema::<ContactBody>())),
         ToolKind::SendEmail => (bearer(), Some(json_schema::<SendBody>())),
         ToolKind::AddWakeHook => (bearer(), Some(json_schema::<HookRequest>())),
+        ToolKind::SetTimer => (bearer(), Some(json_schema::<TimerRequest>())),
+        ToolKind::ListTimers | ToolKind::CancelTimer => (bearer(), None),
     };
     match kind {
         ToolKind::AcknowledgeEvent => own.push((
@@ -203,6 +218,19 @@ fn input_schema(kind: ToolKind) -> Value {
             json!({"type": "string", "minLength": 1, "maxLength": 255,
                    "description": "Required: the same key again answers the first send and \
                    sends nothing (retry safely with it); another message needs another key."}),
+            true,
+        )),
+        ToolKind::SetTimer => own.push((
+            "idempotency_key",
+            json!({"type": "string", "minLength": 1, "maxLength": 255,
+                   "description": "Optional: the same key and arguments again answer the timer \
+                   the first call set instead of setting a second (retry safely with it)."}),
+            false,
+        )),
+        ToolKind::CancelTimer => own.push((
+            "timer_id",
+            json!({"type": "string", "description": "The timer's id (`timer.id`, `tmr_…`).",
+                   "pattern": "^tmr_[A-Za-z0-9_-]{1,60}$"}),
             true,
         )),
         ToolKind::GetAttachment => {
@@ -348,6 +376,33 @@ fn description(kind: ToolKind) -> String {
              webhook-signature). At most 5 hooks per address (quota_exceeded); wakes that fail \
              are retried for about 9 hours, then reported as hook.failed events. {errors}"
         ),
+        ToolKind::SetTimer => format!(
+            "Set an alarm on the address (\"wake me in two days if nobody answered\"): at its \
+             time one event is appended to the feed, {{\"type\": `type` (default \
+             \"timer.fired\"; must start with \"timer.\"), \"source\": \"timer\", \
+             \"ingress_surface\": \"timer\", \"data\": {{\"timer_id\": \"tmr_…\", \"data\": \
+             <your `data`, or null>}}}}, like any other event. Give exactly one of `in_seconds` \
+             (1..31536000) and `fire_at` (RFC 3339 with its offset); the time must be before \
+             the address expires. To wait for it, call poll_events with `types`: \"timer.*\" \
+             and `wait` (it returns the moment the timer fires), or let a wake hook for \
+             timer.* start your next run. It fires within seconds of its time, and in any case \
+             before any later read of the feed returns. Returns {{timer: {{id, type, fire_at, \
+             status: \"pending\", data, created_at, …}}}}; keep timer.id to cancel it \
+             (cancel_timer). `idempotency_key` makes a retry answer the same timer. At most \
+             100 pending timers per address (quota_exceeded). {errors}"
+        ),
+        ToolKind::ListTimers => format!(
+            "List the address's timers: the pending ones (earliest fire_at first), then the \
+             last 100 fired or cancelled (most recently closed first), each {{id, type, \
+             fire_at, status: pending|fired|cancelled, data, created_at, closed_at, event_id, \
+             sequence}} (event_id and sequence: the event a fired timer appended). {errors}"
+        ),
+        ToolKind::CancelTimer => format!(
+            "Cancel a pending timer (set_timer's timer.id): it will not fire. Cancelling \
+             again answers the same; a timer that fired first is timer_fired (its event is in \
+             the feed), an unknown id not_found. Returns {{timer}} with status \"cancelled\". \
+             {errors}"
+        ),
     };
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -455,6 +510,8 @@ fn output_roots(kind: ToolKind) -> &'static [&'static str] {
         ToolKind::AddContact => &["ContactEnvelope"],
         ToolKind::SendEmail => &["SendAccepted"],
         ToolKind::AddWakeHook => &["HookCreated"],
+        ToolKind::SetTimer | ToolKind::CancelTimer => &["TimerEnvelope"],
+        ToolKind::ListTimers => &["TimersEnvelope"],
     }
 }
 
@@ -500,6 +557,10 @@ fn annotations(kind: ToolKind) -> ToolAnnotations {
             .destructive(false)
             .idempotent(false)
             .open_world(true),
+        ToolKind::SetTimer => a.read_only(false).destructive(false).idempotent(false),
+        ToolKind::ListTimers => a.read_only(true),
+        // A cancelled timer stays cancelled; cancelling again answers the same.
+        ToolKind::CancelTimer => a.read_only(false).destructive(true).idempotent(true),
     }
 }
 

@@ -12,7 +12,7 @@ use agentaddress_api::extract::{client_ip, ClientIp};
 use agentaddress_api::inputs::{
     field_names, CreateRequestBody, DeleteStateParams, FeedParams, Fields, PutStateRequest,
 };
-use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody};
+use agentaddress_api::inputs::{ContactBody, HookRequest, SendBody, TimerRequest};
 
 use crate::catalogue::ToolKind;
 
@@ -225,8 +225,21 @@ pub(crate) fn rest_request(
             format!("{}/hooks", root()),
             body_of(field_names::<HookRequest>()),
         ),
+        // Timers (docs/API.md §20).
+        ToolKind::SetTimer => (
+            Method::POST,
+            format!("{}/timers", root()),
+            body_of(field_names::<TimerRequest>()),
+        ),
+        ToolKind::ListTimers => (Method::GET, format!("{}/timers", root()), None),
+        ToolKind::CancelTimer => (
+            Method::DELETE,
+            format!("{}/timers/{}", root(), segment(args.get("timer_id"))),
+            None,
+        ),
     };
-    finish(method, uri, body, kind == ToolKind::SendEmail, args, parts)
+    let keyed = matches!(kind, ToolKind::SendEmail | ToolKind::SetTimer);
+    finish(method, uri, body, keyed, args, parts)
 }
 
 /// `ask_person`'s wait (`wait_seconds`): `GET {root}/requests/{request_id}?wait=S` with the

@@ -27,6 +27,7 @@ pub(crate) struct Tx<'c> {
     conn: &'c Connection,
     told: std::cell::RefCell<Vec<(String, u64)>>,
     hooks_told: std::cell::Cell<bool>,
+    timers_told: std::cell::Cell<bool>,
 }
 
 impl std::ops::Deref for Tx<'_> {
@@ -50,6 +51,12 @@ impl Tx<'_> {
     /// (docs/API.md §19).
     pub(crate) fn tell_hooks(&self) {
         self.hooks_told.set(true);
+    }
+
+    /// Wakes the timer scheduler once this write has committed: the earliest pending timer
+    /// may have changed (docs/API.md §20).
+    pub(crate) fn tell_timers(&self) {
+        self.timers_told.set(true);
     }
 }
 
@@ -122,9 +129,11 @@ impl SqliteStore {
                 conn,
                 told: Default::default(),
                 hooks_told: Default::default(),
+                timers_told: Default::default(),
             };
             let result = f(&tx_view);
             let hooks_told = tx_view.hooks_told.get();
+            let timers_told = tx_view.timers_told.get();
             let told = tx_view.told.into_inner();
             let end = if result.is_ok() {
                 conn.execute_batch("RELEASE job")
@@ -143,6 +152,9 @@ impl SqliteStore {
                     }
                     if hooks_told {
                         inner.signal.wake_hooks();
+                    }
+                    if timers_told {
+                        inner.signal.wake_timers();
                     }
                 }
                 let _ = tx.send(result);

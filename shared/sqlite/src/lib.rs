@@ -18,6 +18,7 @@
 //! - `append`: appending an event (every delivery and state write) and the feed quota;
 //! - `purge`: purging deleted addresses and the sweep of expired data;
 //! - `rate_limit`: rate-limit counters;
+//! - `timers`: timers, firing with their events, and the scheduler's queries;
 //! - `viewer`: the inbox viewer's one-time sign-in codes.
 //!
 //! This file holds the options, [`SqliteStore`] and its constructors, and the `Store` impl, each
@@ -41,6 +42,7 @@ mod rows;
 mod schema;
 mod sends;
 mod state;
+mod timers;
 mod viewer;
 
 pub use backup::{backup, BackupError, BackupReport};

@@ -22,6 +22,7 @@ pub(crate) fn purge_data(conn: &Connection, address_id: &str) -> StoreResult<u64
         "DELETE FROM sends WHERE address_id = ?1",
         "DELETE FROM viewer_codes WHERE address_id = ?1",
         "DELETE FROM hooks WHERE address_id = ?1",
+        "DELETE FROM timers WHERE address_id = ?1",
     ] {
         removed += conn.execute(sql, [address_id]).map_err(sql_err)? as u64;
     }
@@ -77,6 +78,14 @@ impl SqliteStore {
                         expire_in_tx(conn, &address, &limits, now)?;
                     }
                 }
+                // Timers: due ones of idle addresses fire now (the scheduler's safety net),
+                // and a closed timer is forgotten a retention period after it closed.
+                crate::timers::fire_due_in_tx(conn, &limits, now, 1000)?;
+                conn.execute(
+                    "DELETE FROM timers WHERE closed_at <= ?1",
+                    [now.saturating_sub(limits.retention_ms())],
+                )
+                .map_err(sql_err)?;
                 conn.execute(
                     "DELETE FROM requests WHERE expires_at <= ?1",
                     [now.saturating_sub(limits.retention_ms())],

@@ -32,7 +32,7 @@ pub(crate) fn i(v: u64) -> i64 {
 pub(crate) const ADDRESS_COLUMNS: &str =
     "id, name, task_id, email, created_at, expires_at, deleted_at, \
      token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry, \
-     verification, hook_types";
+     verification, hook_types, next_timer_at";
 
 pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressRecord> {
     Ok(AddressRecord {
@@ -49,6 +49,7 @@ pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressReco
         state_keys: u(r.get(10)?),
         state_bytes: u(r.get(11)?),
         next_request_expiry: r.get(12)?,
+        next_timer_at: r.get(15)?,
         verification: match r.get::<_, Option<String>>(13)? {
             None => None,
             Some(stored) => Some(VerificationConfig::from_stored(&stored).ok_or_else(|| {

@@ -220,6 +220,33 @@ CREATE INDEX hooks_by_address ON hooks(address_id);
 CREATE INDEX hooks_wanting ON hooks(not_before)
     WHERE status = 'active' AND (pending_to IS NOT NULL OR woken_through > delivered_through);
 "#,
+    // 10: timers (docs/API.md §20). A timer per row, pending until it fires (its event's id
+    // and sequence set in the same transaction) or is cancelled; `key_hash`/`body_hash` are
+    // the creation's Idempotency-Key claim. The address keeps its earliest pending `fire_at`
+    // (which every feed read already loads), indexed for the scheduler that sleeps until the
+    // earliest of all.
+    r#"
+ALTER TABLE addresses ADD COLUMN next_timer_at INTEGER;
+CREATE INDEX addresses_next_timer ON addresses(next_timer_at) WHERE next_timer_at IS NOT NULL;
+CREATE TABLE timers (
+    id          TEXT PRIMARY KEY,
+    address_id  TEXT NOT NULL,
+    fire_at     INTEGER NOT NULL,
+    type        TEXT NOT NULL,
+    data        TEXT,
+    created_at  INTEGER NOT NULL,
+    status      TEXT NOT NULL,
+    closed_at   INTEGER,
+    event_id    TEXT,
+    event_seq   INTEGER,
+    key_hash    TEXT,
+    body_hash   TEXT
+) WITHOUT ROWID;
+CREATE INDEX timers_pending ON timers(address_id, fire_at) WHERE status = 'pending';
+CREATE INDEX timers_closed ON timers(address_id, closed_at) WHERE closed_at IS NOT NULL;
+CREATE INDEX timers_done ON timers(closed_at) WHERE closed_at IS NOT NULL;
+CREATE UNIQUE INDEX timers_by_key ON timers(address_id, key_hash) WHERE key_hash IS NOT NULL;
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

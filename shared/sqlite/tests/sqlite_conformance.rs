@@ -42,6 +42,13 @@ mod memory {
             SqliteStore::open_in_memory().expect("open in-memory SQLite")
         ));
     }
+
+    mod timers {
+        use super::*;
+        agentaddress_core::store_timer_conformance_tests!(Arc::new(
+            SqliteStore::open_in_memory().expect("open in-memory SQLite")
+        ));
+    }
 }
 
 mod file {
@@ -76,6 +83,10 @@ mod file {
 
     mod hooks {
         agentaddress_core::store_hook_conformance_tests!(super::open());
+    }
+
+    mod timers {
+        agentaddress_core::store_timer_conformance_tests!(super::open());
     }
 }
 
@@ -147,7 +158,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 9));
+        assert_eq!((mode.as_str(), version), ("wal", 10));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -263,7 +274,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 9);
+        assert_eq!(version, 10);
     }
 
     #[tokio::test]

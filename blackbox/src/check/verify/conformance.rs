@@ -46,7 +46,7 @@ fn event_shape(e: &Value) -> Option<String> {
         return Some("event source is neither null nor a string".into());
     }
     let surface = e["ingress_surface"].as_str().unwrap_or("");
-    if !matches!(surface, "http" | "state" | "email") {
+    if !matches!(surface, "http" | "state" | "email" | "timer") {
         return Some(format!("ingress_surface {surface:?}"));
     }
     if !is_ts(&e["received_at"]) {
@@ -470,6 +470,29 @@ impl Verifier<'_> {
             (OpKind::ReadEvent { .. } | OpKind::Ack { .. }, 404) if code == "not_found" => {
                 Ok(()) // checked against the feed in the address pass
             }
+            (OpKind::SetTimer { .. }, 201 | 200) => {
+                let t = &body["timer"];
+                if !t["id"].as_str().is_some_and(|id| id.starts_with("tmr_")) {
+                    return Err("timer.id is not a timer id".into());
+                }
+                ts(&t["fire_at"], "timer.fire_at")?;
+                match (status, t["status"].as_str()) {
+                    (201, Some("pending")) | (200, Some("pending" | "fired" | "cancelled")) => {
+                        Ok(())
+                    }
+                    _ => Err(format!("timer.status {} for {status}", t["status"])),
+                }
+            }
+            (OpKind::SetTimer { .. }, 409) if code == "quota_exceeded" => Ok(()),
+            (OpKind::CancelTimer { timer_id }, 200) => {
+                if body["timer"]["id"].as_str() != Some(timer_id)
+                    || body["timer"]["status"] != "cancelled"
+                {
+                    return Err("not the timer, cancelled".into());
+                }
+                Ok(())
+            }
+            (OpKind::CancelTimer { .. }, 409) if code == "timer_fired" => Ok(()),
             _ => Err("not an answer the API contract allows for this request".into()),
         }
     }

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde_json::Value;
 
 use super::{excerpt, Verifier};
-use crate::check::history::{OpKind, Phase, COUNTER_PREFIX, DELIVERY_TYPE, EMAIL_TYPE, RAW_TYPE};
+use crate::check::history::{
+    OpKind, Phase, COUNTER_PREFIX, DELIVERY_TYPE, EMAIL_TYPE, RAW_TYPE, TIMER_TYPE,
+};
 
 fn compact_len(v: &Value) -> u64 {
     serde_json::to_string(v).map_or(0, |s| s.len() as u64)
@@ -51,6 +53,7 @@ impl Verifier<'_> {
                 }
                 RAW_TYPE => continue, // a lossy body's text: checked with the deliveries
                 EMAIL_TYPE => continue, // checked with the emails
+                TIMER_TYPE => continue, // checked with the timers
                 _ => {
                     let d = format!("event {s} of type {ty:?}, which no request of ours makes");
                     self.push("phantom_event", addr, None, d);

@@ -867,3 +867,88 @@ fn a_filtered_consumer_sees_exactly_the_matching_events() {
     b.filtered_poll(9, 0, matching[..1].to_vec(), last);
     assert_eq!(kinds(&verify(&b.h)), vec!["consumer_incomplete"]);
 }
+
+fn timer_event(seq: u64, marker: &str, id: &str) -> Value {
+    json!({"id": format!("evt_{seq}"), "sequence": seq, "type": crate::check::history::TIMER_TYPE,
+           "source": "timer", "ingress_surface": "timer", "received_at": T,
+           "acknowledged_at": null, "data": {"timer_id": id, "data": {"marker": marker}}})
+}
+
+/// A timer history: the consistent one, then timer `t1` set (201, id `tmr_1`), cancels
+/// answered `cancels`, time passing well beyond its due time, and a feed holding `events`
+/// timer events (marker, timer id) after it.
+fn with_timers(cancels: &[Outcome], events: &[(&str, &str)]) -> History {
+    let mut b = consistent();
+    let last = b.h.ops.len();
+    b.h.ops.truncate(last - 4);
+    b.w(
+        OpKind::SetTimer {
+            marker: "t1".into(),
+            in_seconds: 1,
+        },
+        Outcome::json(
+            201,
+            json!({"timer": {"id": "tmr_1", "type": "timer.check", "fire_at": T,
+                             "status": "pending"}}),
+        ),
+    );
+    for c in cancels {
+        b.w(
+            OpKind::CancelTimer {
+                timer_id: "tmr_1".into(),
+            },
+            c.clone(),
+        );
+    }
+    b.t += 10_000_000;
+    let feed: Vec<Value> = events
+        .iter()
+        .enumerate()
+        .map(|(n, (m, id))| timer_event(6 + n as u64, m, id))
+        .collect();
+    let last_seq = 5 + events.len() as u64;
+    b.poll(0, 5, feed);
+    b.finals(last_seq, &[("counter-0", 2, json!(2))], &["reg-0"]);
+    b.h
+}
+
+#[test]
+fn timers_fire_once_or_are_reported() {
+    let cancelled = Outcome::json(
+        200,
+        json!({"timer": {"id": "tmr_1", "status": "cancelled"}}),
+    );
+    let fired = Outcome::json(
+        409,
+        json!({"error": {"code": "timer_fired", "message": "fired"}}),
+    );
+    assert_eq!(
+        verify(&with_timers(&[], &[("t1", "tmr_1")])),
+        Vec::<Anomaly>::new()
+    );
+    assert_eq!(
+        verify(&with_timers(std::slice::from_ref(&cancelled), &[])),
+        Vec::<Anomaly>::new()
+    );
+    assert_eq!(
+        verify(&with_timers(
+            std::slice::from_ref(&fired),
+            &[("t1", "tmr_1")]
+        )),
+        Vec::<Anomaly>::new()
+    );
+    assert_reports(&with_timers(&[], &[]), "lost_write");
+    assert_reports(
+        &with_timers(&[], &[("t1", "tmr_1"), ("t1", "tmr_1")]),
+        "duplicate_event",
+    );
+    assert_reports(
+        &with_timers(&[cancelled], &[("t1", "tmr_1")]),
+        "cancelled_timer_fired",
+    );
+    assert_reports(&with_timers(&[fired], &[]), "lost_write");
+    assert_reports(
+        &with_timers(&[], &[("t1", "tmr_1"), ("t9", "tmr_9")]),
+        "phantom_event",
+    );
+}

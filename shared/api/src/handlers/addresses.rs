@@ -155,11 +155,12 @@ pub async fn create_address(
 )]
 pub async fn inspect_address(
     State(state): State<AppState>,
-    Authenticated {
+    // Its `last_sequence` is the feed's head: what is due is appended first (docs/API.md §20).
+    Current(Authenticated {
         address_id,
         address,
         now,
-    }: Authenticated,
+    }): Current,
     headers: HeaderMap,
 ) -> ApiResult {
     let usage = state

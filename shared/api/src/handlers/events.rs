@@ -46,14 +46,15 @@ pub async fn list_events(
     let limits = &state.config.limits;
     charge_poll(&state, &address_id, now).await?;
     let q = parse_feed_query(uri.query(), limits.max_wait_seconds)?;
-    // Requests for a person that expired got their event before the feed is read (Current),
-    // and a wait ends by the next expiry (docs/API.md §12).
-    let next_expiry = address.next_request_expiry.filter(|t| *t > now);
+    // Requests for a person that expired and timers that are due got their events before the
+    // feed is read (Current), and a wait looks again at the next due time (docs/API.md §12,
+    // §20).
+    let next_due = address.next_due().filter(|t| *t > now);
     // The request's URI and the address are not needed while waiting: a long poll holds only
     // what it needs for its whole wait.
     drop((uri, address));
     let deadline = arrived + q.wait;
-    let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_expiry).await?;
+    let (page, charge) = long_poll(&state, &client, &address_id, &q, deadline, next_due).await?;
     let MatchingPage {
         page,
         examined_through: next_cursor,
@@ -112,17 +113,17 @@ pub(crate) async fn charge_poll(
 /// (`crate::page_budget`).
 async fn long_poll(
     state: &AppState, client: &str, address_id: &str, q: &FeedQuery, deadline: Instant,
-    request_expiry: Option<crate::domain::Millis>,
+    next_due: Option<crate::domain::Millis>,
 ) -> Result<(MatchingPage, Option<Charge>), ApiError> {
     let store = &state.store;
     let filter = q.types.clone().map(TypeFilter::new);
     // Where the next read starts: past the events examined so far.
     let mut after = q.after;
-    // When to check the request expiry next (an instant of this process's monotonic clock).
+    // When to check what falls due next (an instant of this process's monotonic clock).
     let until = |expiry: crate::domain::Millis| {
         Duration::from_millis(u64::try_from(expiry - state.clock.now()).unwrap_or(0))
     };
-    let mut expiry_check = request_expiry.map(|e| Instant::now() + until(e));
+    let mut expiry_check = next_due.map(|e| Instant::now() + until(e));
     let mut wakeups = store.feed_signal().map(|s| s.subscribe(address_id));
     let mut shutdown = state.shutdown.clone();
     let checks = state.config.poll_checks;
@@ -153,15 +154,16 @@ async fn long_poll(
         if Instant::now() >= deadline || *shutdown.borrow() {
             return Ok((page, None));
         }
-        // A request for a person expiring during the wait: its event ends the wait. The
-        // service's clock decides; checked again shortly if it is behind the monotonic one.
-        if let (Some(expiry), Some(at)) = (request_expiry, expiry_check) {
+        // A request for a person expiring or a timer falling due during the wait: its event
+        // ends the wait (a filtered wait's, if it matches). The service's clock decides;
+        // checked again shortly if it is behind the monotonic one.
+        if let (Some(expiry), Some(at)) = (next_due, expiry_check) {
             if at <= Instant::now() {
                 let now = state.clock.now();
                 if now >= expiry {
                     expiry_check = None;
                     if store
-                        .expire_requests(address_id, &state.config.limits, now)
+                        .append_due_of(address_id, &state.config.limits, now)
                         .await?
                         > 0
                     {

@@ -8,7 +8,7 @@ use crate::domain::delivery::{self, Delivery};
 use crate::domain::{ids, Ingress};
 use crate::dto::*;
 use crate::error::ApiResult;
-use crate::extract::expire_due;
+use crate::extract::append_due;
 use crate::extract::*;
 use crate::store::{IdempotencyClaim, NewEvent, StoreError};
 use crate::{json_response, ApiError, AppState};
@@ -81,7 +81,7 @@ pub async fn deliver(
         body_hash: c.body_hash,
     });
     // A request for a person that expired before this delivery gets its event first.
-    expire_due(&state, &record, now).await?;
+    append_due(&state, &record, now).await?;
     let appended = state
         .store
         .append_event(&address_id, event, claim, &state.config.limits, now)

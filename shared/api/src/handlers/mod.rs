@@ -12,6 +12,7 @@ mod order_tests;
 pub(crate) mod person_requests;
 mod service;
 mod state;
+pub(crate) mod timers;
 mod viewer;
 
 pub use addresses::*;
@@ -21,6 +22,7 @@ pub use hooks::*;
 pub use inbox::*;
 pub use service::*;
 pub use state::*;
+pub use timers::*;
 
 pub use crate::pages::{
     __path_favicon, __path_home, __path_inbox_css, __path_inbox_js, __path_inbox_page,

@@ -20,5 +20,6 @@ mod secrets;
 mod service;
 mod state;
 mod stream;
+mod timers;
 mod verification;
 mod viewer;

@@ -76,6 +76,11 @@ async fn openapi_describes_every_route() {
             "/api/v1/addresses/{address_id}/hooks/{hook_id}/test",
             &["post"],
         ),
+        ("/api/v1/addresses/{address_id}/timers", &["post", "get"]),
+        (
+            "/api/v1/addresses/{address_id}/timers/{timer_id}",
+            &["delete"],
+        ),
         ("/r/page.css", &["get"]),
         ("/r/page.js", &["get"]),
         ("/", &["get"]),

@@ -42,6 +42,8 @@ pub enum Ingress {
     Request,
     /// Outbound email: a send, or its failure (docs/API.md §16).
     Outbound,
+    /// A timer firing (docs/API.md §20).
+    Timer,
 }
 
 impl Ingress {
@@ -52,6 +54,7 @@ impl Ingress {
             Ingress::Email => "email",
             Ingress::Request => "request",
             Ingress::Outbound => "outbound",
+            Ingress::Timer => "timer",
         }
     }
 
@@ -62,6 +65,7 @@ impl Ingress {
             "email" => Some(Ingress::Email),
             "request" => Some(Ingress::Request),
             "outbound" => Some(Ingress::Outbound),
+            "timer" => Some(Ingress::Timer),
             _ => None,
         }
     }

@@ -20,6 +20,9 @@ pub mod request_conformance;
 pub mod rules;
 mod signal;
 #[cfg(feature = "conformance")]
+pub mod timer_conformance;
+mod timer_records;
+#[cfg(feature = "conformance")]
 pub mod viewer_conformance;
 
 use async_trait::async_trait;
@@ -35,6 +38,7 @@ pub use mail_records::{
     SendOutcome, SendRecord, SendRecorded,
 };
 pub use signal::FeedSignal;
+pub use timer_records::{CancelOutcome, CreatedTimer, NewTimer, TimerRecord, TimerStatus, Timers};
 
 /// Meaning-based failures of a store operation. The API maps each to one code of docs/API.md §9.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,6 +130,9 @@ pub struct AddressRecord {
     /// at or after it first appends the due `request.expired` events
     /// ([`Requests::expire_requests`]).
     pub next_request_expiry: Option<Millis>,
+    /// The earliest `fire_at` of the address's pending timers (docs/API.md §20): a feed read at
+    /// or after it first fires the due timers ([`Timers::fire_timers`]).
+    pub next_timer_at: Option<Millis>,
     /// The signing secret its deliveries are verified with (docs/API.md §15), if any. Its
     /// secret is stored as given (it must be usable) and never shown ([`VerificationConfig`]).
     pub verification: Option<VerificationConfig>,
@@ -138,6 +145,15 @@ impl AddressRecord {
     /// Deleted, or expired: from the second it expires, whatever a sweeper has done yet.
     pub fn is_gone(&self, now: Millis) -> bool {
         self.deleted_at.is_some() || self.expires_at.is_some_and(|e| e <= now)
+    }
+
+    /// When something of this address next falls due: a request's expiry or a timer
+    /// ([`Timers::append_due`]). A wait on the feed ends by then.
+    pub fn next_due(&self) -> Option<Millis> {
+        match (self.next_request_expiry, self.next_timer_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -253,7 +269,8 @@ impl RequestRecord {
 pub mod prelude {
     pub use super::{
         Addresses as _, Backend as _, Contacts as _, Emails as _, Feed as _, Hooks as _,
-        RateLimits as _, Requests as _, Sends as _, States as _, Store, ViewerCodes as _,
+        RateLimits as _, Requests as _, Sends as _, States as _, Store, Timers as _,
+        ViewerCodes as _,
     };
 }
 
@@ -465,6 +482,7 @@ pub trait Store:
     + States
     + RateLimits
     + Hooks
+    + Timers
 {
 }
 
@@ -480,6 +498,7 @@ impl<T> Store for T where
         + States
         + RateLimits
         + Hooks
+        + Timers
 {
 }
 
@@ -666,26 +685,11 @@ pub trait Requests: Send + Sync + 'static {
     /// before `now` and marks it expired, each conditioned on its still being open (two
     /// concurrent callers append each expiry once); updates
     /// [`AddressRecord::next_request_expiry`]. Returns how many it expired. A full feed leaves
-    /// the rest open (they read as expired) for a later call.
+    /// the rest open (they read as expired) for a later call. Callers go through
+    /// [`Timers::append_due`], the feed's order rule for everything that falls due.
     async fn expire_requests(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<u64> {
         let _ = (id, limits, now);
         Ok(0)
-    }
-
-    /// The feed's order rule for requests for a person (docs/API.md §12): a request's
-    /// `request.expired` comes before anything appended or read after its expiry. So every read
-    /// of the feed or a request, and every append (a delivery, an email, a state write), calls
-    /// this first with the address record it loaded; it costs nothing unless
-    /// [`AddressRecord::next_request_expiry`] has passed, and then runs
-    /// [`Requests::expire_requests`]. (No timer service: the embedded store's sweeper also calls
-    /// it for addresses nobody touches.)
-    async fn expire_due(
-        &self, address: &AddressRecord, limits: &Limits, now: Millis,
-    ) -> StoreResult<()> {
-        if address.next_request_expiry.is_some_and(|t| t <= now) {
-            self.expire_requests(&address.id, limits, now).await?;
-        }
-        Ok(())
     }
 }
 

@@ -187,6 +187,15 @@ pub fn open_request_quota(open: u64, limits: &Limits) -> StoreResult<()> {
     }
 }
 
+/// The pending-timer limit (docs/API.md §20): a new timer when `pending` timers are pending.
+pub fn pending_timer_quota(pending: u64) -> StoreResult<()> {
+    if pending >= crate::domain::timer::MAX_PENDING_TIMERS as u64 {
+        Err(StoreError::QuotaExceeded)
+    } else {
+        Ok(())
+    }
+}
+
 /// What the feed quota says of appending sequence `next` (docs/API.md §6). Events expire in
 /// sequence order, so the feed keeps at most `max_retained_events` exactly when event
 /// `next - max` is past retention (or gone).

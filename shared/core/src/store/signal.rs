@@ -12,6 +12,8 @@ pub struct FeedSignal {
     /// Told after a commit that gave a wake hook something to do (docs/API.md §19): an event
     /// its types wake for, or a hook made active.
     hooks: Notify,
+    /// Told after a commit that may have changed the earliest pending timer (docs/API.md §20).
+    timers: Notify,
 }
 
 impl FeedSignal {
@@ -24,6 +26,17 @@ impl FeedSignal {
     /// wait: a wake is never lost between two waits).
     pub async fn hooks_woken(&self) {
         self.hooks.notified().await;
+    }
+
+    /// Wakes the timer scheduler. Called after the commit, never before.
+    pub fn wake_timers(&self) {
+        self.timers.notify_one();
+    }
+
+    /// Resolves at the next [`FeedSignal::wake_timers`] (or at once for one made since the
+    /// last wait).
+    pub async fn timers_changed(&self) {
+        self.timers.notified().await;
     }
 
     /// A receiver that changes when `notify` is called for `address_id` after this call.

@@ -64,6 +64,9 @@ fn tool_errors_are_catalogue_codes_of_the_operations() {
             "add_contact",
             "send_email",
             "add_hook",
+            "create_timer",
+            "list_timers",
+            "cancel_timer",
         ]
         .iter()
         .any(|op| operation_error_codes(op, true, true).contains(&code));
@@ -116,11 +119,69 @@ fn input_schemas_come_from_the_request_structs() {
     let get = input("get_state");
     assert_eq!(get["required"], json!(["address_id", "read_token"]));
     assert!(get["properties"]["key"].is_object());
+    // Timers (docs/API.md §20): the body of `POST {root}/timers`, and the timer to cancel.
+    let set = input("set_timer");
+    assert_eq!(set["required"], json!(["address_id", "read_token"]));
+    let props = &set["properties"];
+    assert_eq!(
+        props["in_seconds"]["maximum"],
+        agentaddress_core::domain::timer::MAX_TIMER_SECONDS
+    );
+    assert_eq!(props["in_seconds"]["minimum"], 1);
+    assert_eq!(props["fire_at"]["format"], "date-time");
+    assert!(props["type"]["pattern"].is_string(), "{set}");
+    assert!(props["data"].is_object() && props["idempotency_key"].is_object());
+    assert_eq!(
+        input("cancel_timer")["required"],
+        json!(["address_id", "read_token", "timer_id"])
+    );
+    assert_eq!(
+        input("list_timers")["required"],
+        json!(["address_id", "read_token"])
+    );
+}
+
+/// The timer tools say what the event looks like and how to wait for it, and each answers
+/// the timer's schema from `/openapi.json`.
+#[test]
+fn timer_tools_say_how_to_wait_for_the_event() {
+    let tool = |name: &str| TOOLS.iter().find(|t| t.name == name).expect("tool");
+    let set = tool("set_timer").description.as_deref().unwrap_or("");
+    for needle in [
+        "poll_events",
+        "\"timer.*\"",
+        "timer_id",
+        "timer.fired",
+        "source",
+    ] {
+        assert!(set.contains(needle), "set_timer lacks {needle}: {set}");
+    }
+    let cancel = tool("cancel_timer").description.as_deref().unwrap_or("");
+    assert!(cancel.contains("timer_fired"), "{cancel}");
+    for name in ["set_timer", "cancel_timer"] {
+        let out = tool(name).output_schema.as_ref().expect("schema");
+        assert!(out["properties"]["timer"].is_object(), "{name}: {out:?}");
+    }
+    let out = tool("list_timers").output_schema.as_ref().expect("schema");
+    assert_eq!(out["properties"]["timers"]["type"], "array", "{out:?}");
+    let annotations = tool("cancel_timer")
+        .annotations
+        .clone()
+        .expect("annotations");
+    assert_eq!(annotations.idempotent_hint, Some(true));
+    assert_eq!(
+        tool("list_timers")
+            .annotations
+            .clone()
+            .expect("a")
+            .read_only_hint,
+        Some(true)
+    );
 }
 
 #[test]
 fn every_tool_has_object_schemas_without_dangling_refs() {
-    assert_eq!(TOOLS.len(), 12);
+    assert_eq!(TOOLS.len(), 15);
     for tool in TOOLS.iter() {
         assert_eq!(tool.input_schema["type"], "object", "{}", tool.name);
         let out = tool.output_schema.as_ref().expect("output schema");
