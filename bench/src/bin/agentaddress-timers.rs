@@ -2,7 +2,8 @@
 //! cost `serve` (docs/PERFORMANCE.md, "Timers").
 //!
 //! **Lateness** (`--timers N`, both deployments): N timers on N/100 addresses, their `fire_at`
-//! spread over `--spread` seconds starting 5 s ahead; nobody reads the feeds until every timer is
+//! spread over `--spread` seconds starting `--lead` seconds ahead (long enough to set them all:
+//! on the local Lambda stack, 1,000 take about a minute); nobody reads the feeds until every timer is
 //! past its time by 15 s, so each fired on the background path (`serve`'s scheduler; on AWS the
 //! delayed purge-queue messages). Lateness is each event's `received_at` minus its timer's
 //! `fire_at`, both the server's clock. Goals: p99 ≤ 1 s on `serve`, ≤ 5 s on AWS. Every timer
@@ -46,6 +47,9 @@ struct Args {
     /// Seconds over which their times are spread.
     #[arg(long, default_value_t = 10)]
     spread: u64,
+    /// Seconds from now to the first timer's time: setting all N must take less.
+    #[arg(long, default_value_t = 5)]
+    lead: u64,
     /// Pending timers held (needs `--agentaddress`); 0 skips that part.
     #[arg(long, default_value_t = 0)]
     pending: usize,
@@ -129,7 +133,7 @@ fn now_ms() -> i64 {
 async fn lateness(http: &reqwest::Client, base: &str, args: &Args) -> Result<(), String> {
     let addresses =
         waiters::create_addresses(http, base, args.timers.div_ceil(PER_ADDRESS)).await?;
-    let start = now_ms() + 5_000;
+    let start = now_ms() + i64::try_from(args.lead * 1000).unwrap_or(5_000);
     let spread_ms = i64::try_from(args.spread * 1000).unwrap_or(0);
     let n = args.timers;
     let set_at = Instant::now();
