@@ -285,6 +285,11 @@ pub async fn mail_reaches_a_waiting_poll_and_reads_back(
     assert_eq!(d["envelope"]["rcpt_to"], json!([rcpt]));
     assert_eq!(d["size"], stored.len());
     assert_eq!(d["text"], "Please find the invoice attached.");
+    assert_eq!(
+        d["reply_text"], "Please find the invoice attached.",
+        "nothing quoted"
+    );
+    assert_eq!(d["auto_reply"], false);
     let att = &d["attachments"][0];
     assert_eq!(att["filename"], "invoice.pdf", "no path in a filename");
     assert_eq!(att["content_type"], "application/pdf");

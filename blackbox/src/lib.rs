@@ -13,6 +13,7 @@ pub mod hooks;
 pub mod mcp;
 pub mod requests;
 pub mod scenarios;
+pub mod senders;
 pub mod sockets;
 pub mod sse;
 pub mod timers;

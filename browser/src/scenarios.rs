@@ -1,6 +1,7 @@
 //! The browser scenarios, for any deployment: the inbox viewer's live feed, acks and state; its
-//! 401, 410 and 429 messages; hostile events and mail shown as text; a phone and a keyboard;
-//! the pages' headers and the discovery documents; and the figures of docs/PERFORMANCE.md.
+//! 401, 410 and 429 messages; hostile events and mail shown as text; a reply's own text first;
+//! a phone and a keyboard; the pages' headers and the discovery documents; and the figures of
+//! docs/PERFORMANCE.md.
 //! Screenshots of each state go to `target/screenshots/{label}-….png`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -607,6 +608,119 @@ pub async fn hostile_content_is_text(d: &Deployment<'_>) {
         "nothing in the events ran"
     );
     b.assert_no_csp_violation("hostile events").await;
+    b.close().await;
+}
+
+/// A reply with quoted history, as Gmail writes it: markup in the reply and in the quoted part.
+fn reply_mail(to: &str) -> Vec<u8> {
+    format!(
+        "From: Ada Lovelace <ada@example.com>\r\n\
+         To: {to}\r\n\
+         Subject: Re: Deploy v2?\r\n\
+         Message-ID: <{}@example.com>\r\n\
+         In-Reply-To: <deploy-1@example.com>\r\n\
+         MIME-Version: 1.0\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\
+         \r\n\
+         Yes, deploy it <b>tonight</b>.\r\n\
+         \r\n\
+         On Tue, Dec 1, 2026 at 10:00 AM Agent <{to}> wrote:\r\n\
+         \r\n\
+         > Shall I deploy v2? <img src=x onerror=\"window.__pwned=1\">\r\n\
+         > It passed every check.\r\n",
+        unique("reply")
+    )
+    .into_bytes()
+}
+
+/// The mail's box: its shown text, what a person sees of it (`innerText`: nothing of a closed
+/// `<details>`), whether "Show the whole message" is open, whether the whole text is visible
+/// (`checkVisibility`: a closed `<details>` lays its content out but hides it),
+/// the whole text, and the summary's words.
+const MAIL_PARTS: &str =
+    "const m = document.querySelector('li[data-type=\"email.received\"] .mail'); \
+    const w = m.querySelector('details.mail-whole'); \
+    const full = w ? w.querySelector('pre.mail-full') : null; \
+    return [m.querySelector('pre.mail-text').textContent, m.innerText, w ? w.open : null, \
+            full ? full.checkVisibility() : null, full ? full.textContent : null, \
+            w ? w.querySelector('summary').textContent : null]";
+
+/// An email that answers with quoted history shows its `reply_text` (docs/API.md §10): the
+/// quoted part is not on the screen until "Show the whole message" is clicked, and then the
+/// whole `text` is, as text (its markup makes no element and runs nothing).
+pub async fn mail_shows_its_reply_first(d: &Deployment<'_>) {
+    let c = d.client;
+    let a = c.new_address().await;
+    let to = email_of(&a);
+    let r = ingest(c, d.ingest_secret, &[to.as_str()], &reply_mail(&to)).await;
+    r.expect_status(200, "ingest the reply");
+    let b = Browser::start(DESKTOP).await;
+    log_in(&b, c, &a).await;
+    b.until(
+        SOON,
+        "the mail's row",
+        "return !!document.querySelector('li[data-type=\"email.received\"] .mail')",
+        &[],
+    )
+    .await;
+    let before = b.js(MAIL_PARTS, vec![]).await;
+    assert_eq!(before[0], "Yes, deploy it <b>tonight</b>.", "{before}");
+    let seen = before[1].as_str().unwrap_or_default();
+    assert!(seen.contains("Yes, deploy it <b>tonight</b>."), "{seen}");
+    for hidden in ["Shall I deploy v2?", "It passed every check.", "wrote:"] {
+        assert!(
+            !seen.contains(hidden),
+            "{hidden:?} is shown before the click: {seen}"
+        );
+    }
+    assert_eq!(before[2], false, "closed at first: {before}");
+    assert_eq!(before[3], false, "the whole text is not rendered: {before}");
+    assert_eq!(before[5], "Show the whole message", "{before}");
+    b.screenshot(&format!("{}-inbox-reply", d.label)).await;
+
+    b.click("li[data-type=\"email.received\"] details.mail-whole summary")
+        .await;
+    b.until(
+        SOON,
+        "the whole message is shown",
+        "const w = document.querySelector('details.mail-whole'); \
+         return w.open && w.querySelector('pre.mail-full').checkVisibility()",
+        &[],
+    )
+    .await;
+    let after = b.js(MAIL_PARTS, vec![]).await;
+    let seen = after[1].as_str().unwrap_or_default();
+    for shown in [
+        "Yes, deploy it <b>tonight</b>.",
+        "On Tue, Dec 1, 2026 at 10:00 AM Agent",
+        "> Shall I deploy v2? <img src=x onerror=\"window.__pwned=1\">",
+        "> It passed every check.",
+    ] {
+        assert!(
+            seen.contains(shown),
+            "{shown:?} is shown after the click: {seen}"
+        );
+    }
+    let full = after[4].as_str().unwrap_or_default();
+    assert!(
+        full.starts_with("Yes, deploy it <b>tonight</b>.")
+            && full.contains("> It passed every check."),
+        "the whole text: {full:?}"
+    );
+    let made = b
+        .js(
+            "return document.querySelectorAll('#events img, #events b, #events [onerror]').length",
+            vec![],
+        )
+        .await;
+    assert_eq!(made, 0, "no element was made from the mail");
+    b.screenshot(&format!("{}-inbox-reply-open", d.label)).await;
+    assert_eq!(
+        b.js("return typeof window.__pwned", vec![]).await,
+        "undefined",
+        "nothing in the mail ran"
+    );
+    b.assert_no_csp_violation("a reply's whole message").await;
     b.close().await;
 }
 

@@ -142,6 +142,18 @@ async fn verified_webhooks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sender_handshakes() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::senders::handshakes(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sender_schemes() {
+    let (c, _server) = target().await;
+    agentaddress_blackbox::senders::schemes(&c).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_person_answers_while_the_agent_waits() {
     let (c, _server) = target().await;
     agentaddress_blackbox::requests::a_person_answers_while_the_agent_waits(&c).await;

@@ -69,6 +69,12 @@ async fn hostile_events_and_mail_render_as_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_shows_its_own_text_and_the_whole_message_on_a_click() {
+    let s = serve(&[]).await;
+    scenarios::mail_shows_its_reply_first(&deployment(&s)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_works_on_a_phone_with_the_keyboard_only() {
     let s = serve(&[]).await;
     scenarios::phone_and_keyboard(&deployment(&s)).await;

@@ -1079,3 +1079,42 @@ async fn timers_fire_into_the_feed_and_cancel() {
     .await;
     cli.assert_never_printed(&cli.token("t"));
 }
+
+/// `create --allow-sender PATTERN… --require-auth CHECK` (docs/API.md §10, "Sender rules"): the
+/// policy is set and printed; a bad pattern is the server's `invalid_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_with_sender_rules() {
+    let s = server().await;
+    let mut cli = Cli::new(&s.base);
+    let out = cli
+        .ok(&[
+            "create",
+            "mail",
+            "--allow-sender",
+            "*@Example.com",
+            "--allow-sender",
+            "ops@*.corp.example",
+            "--require-auth",
+            "dmarc",
+        ])
+        .await;
+    assert_eq!(
+        out["email_policy"],
+        json!({"allow": ["*@example.com", "ops@*.corp.example"], "require_auth": "dmarc"})
+    );
+    let out = cli
+        .ok(&["create", "auth-only", "--require-auth", "spf_or_dkim"])
+        .await;
+    assert_eq!(
+        out["email_policy"],
+        json!({"allow": null, "require_auth": "spf_or_dkim"})
+    );
+    let out = cli.ok(&["create", "plain"]).await;
+    assert!(out.get("email_policy").is_none(), "{out}");
+    let out = cli.run(&["create", "bad", "--allow-sender", "*"]).await;
+    let error = check_failure(&out, 2, "invalid_request");
+    assert!(error.to_string().contains("allow[0]"), "{error}");
+    // An unknown check is the argument parser's usage error.
+    let out = cli.run(&["create", "t9", "--require-auth", "spf"]).await;
+    assert_eq!(out.code, 2, "{out:?}");
+}

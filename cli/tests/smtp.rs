@@ -859,3 +859,178 @@ async fn messages_per_minute_per_ip_are_limited() {
         "{replies:?}"
     );
 }
+
+/// `PUT {root}/email/policy` (docs/API.md §10, "Sender rules"), answered 200.
+async fn set_policy(http: &reqwest::Client, a: &common::smtp::Address, policy: Value) {
+    let r = http
+        .put(format!("{}/api/v1/addresses/{}/email/policy", a.base, a.id))
+        .bearer_auth(&a.token)
+        .json(&policy)
+        .send()
+        .await
+        .expect("PUT email policy");
+    let status = r.status();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{body}");
+}
+
+/// `email.refused_count` of `GET {root}`.
+async fn refused_count(http: &reqwest::Client, a: &common::smtp::Address) -> u64 {
+    let r = http
+        .get(format!("{}/api/v1/addresses/{}", a.base, a.id))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .expect("GET the address");
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.expect("JSON");
+    v["email"]["refused_count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no email.refused_count: {v}"))
+}
+
+fn authored(from: &str, to: &str, id: &str) -> String {
+    format!("From: {from}\r\nTo: {to}\r\nSubject: {id}\r\nMessage-ID: <{id}@example.com>\r\n\r\nHi.\r\n")
+}
+
+/// Sender rules on the SMTP door (docs/API.md §10): an envelope sender outside `allow` is
+/// refused at `RCPT` (`550 5.7.1`, counted once per transaction and address, the other
+/// recipients unaffected); an allowed envelope with an author outside `allow` after `DATA`; the
+/// null sender is judged by its author; allowed mail arrives; nothing refused is appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sender_rules_refuse_at_rcpt_and_after_data_and_count() {
+    let s = serve(DOMAIN, &[]).await;
+    let http = reqwest::Client::new();
+    let a = create(&http, &s.base).await;
+    let open = create(&http, &s.base).await;
+    set_policy(&http, &a, json!({"allow": ["*@example.com"]})).await;
+    let (local, _) = a.email.split_once('@').unwrap_or_default();
+    let tagged = format!("{local}+tag@{DOMAIN}");
+
+    let (mut c, greeting) = Raw::connect(&s.smtp).await;
+    starts(&greeting, "220 ");
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd("MAIL FROM:<eve@evil.example>").await, "250 2.1.0");
+    let refused = "550 5.7.1 Sender not allowed by the recipient's sender rules";
+    assert_eq!(c.cmd(&format!("RCPT TO:<{}>", a.email)).await, refused);
+    assert_eq!(c.cmd(&format!("RCPT TO:<{tagged}>")).await, refused);
+    starts(
+        &c.cmd(&format!("RCPT TO:<{}>", open.email)).await,
+        "250 2.1.5",
+    );
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&authored("Eve <eve@evil.example>", &open.email, "eve-1"))
+        .await;
+    assert_eq!(c.cmd(".").await, "250 2.0.0 OK", "the open address gets it");
+
+    // The envelope allowed, the author not: refused after DATA.
+    starts(&c.cmd("MAIL FROM:<ada@example.com>").await, "250 2.1.0");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&authored("Eve <eve@evil.example>", &a.email, "eve-2"))
+        .await;
+    assert_eq!(
+        c.cmd(".").await,
+        "550 5.7.1 Message author not allowed by the recipient's sender rules"
+    );
+    // Allowed envelope and author: delivered.
+    starts(&c.cmd("MAIL FROM:<ada@example.com>").await, "250 2.1.0");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&authored("Ada <ADA@Example.com>", &a.email, "ada-1"))
+        .await;
+    assert_eq!(c.cmd(".").await, "250 2.0.0 OK");
+    // The null sender (a bounce) passes the envelope and is judged by its author.
+    starts(&c.cmd("MAIL FROM:<>").await, "250 2.1.0");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&authored("mailer-daemon@example.com", &a.email, "bounce-1"))
+        .await;
+    assert_eq!(c.cmd(".").await, "250 2.0.0 OK");
+    starts(&c.cmd("MAIL FROM:<>").await, "250 2.1.0");
+    starts(&c.cmd(&format!("RCPT TO:<{}>", a.email)).await, "250 2.1.5");
+    starts(&c.cmd("DATA").await, "354");
+    c.send(&authored(
+        "mailer-daemon@relay.example.org",
+        &a.email,
+        "bounce-2",
+    ))
+    .await;
+    starts(&c.cmd(".").await, "550 5.7.1 ");
+    starts(&c.cmd("QUIT").await, "221");
+
+    let subjects = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e["data"]["subject"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let events = feed(&http, &s.base, &a, 0).await;
+    assert_eq!(subjects(&events), ["ada-1", "bounce-1"], "{events:?}");
+    assert_eq!(refused_count(&http, &a).await, 3);
+    let events = feed(&http, &s.base, &open, 0).await;
+    assert_eq!(subjects(&events), ["eve-1"]);
+    assert_eq!(refused_count(&http, &open).await, 0);
+
+    // Without the rules, the same sender is accepted.
+    let r = http
+        .delete(format!("{}/api/v1/addresses/{}/email/policy", a.base, a.id))
+        .bearer_auth(&a.token)
+        .send()
+        .await
+        .expect("DELETE email policy");
+    assert_eq!(r.status(), 204);
+    let eve = authored("Eve <eve@evil.example>", &a.email, "eve-3");
+    assert_eq!(
+        send_raw(&s.smtp, "eve@evil.example", &[&a.email], &eve).await,
+        "250 2.0.0 OK"
+    );
+    assert_eq!(refused_count(&http, &a).await, 3);
+}
+
+/// `require_auth` on the SMTP door: without `--smtp-check-auth` nothing can pass, so the
+/// recipient is refused at `RCPT` (fail closed); with it, the verdicts decide after `DATA`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_authentication_fails_closed_without_checks_and_decides_with_them() {
+    let http = reqwest::Client::new();
+    let unchecked = serve(DOMAIN, &[]).await;
+    let a = create(&http, &unchecked.base).await;
+    set_policy(&http, &a, json!({"require_auth": "spf_or_dkim"})).await;
+    let (mut c, greeting) = Raw::connect(&unchecked.smtp).await;
+    starts(&greeting, "220 ");
+    starts(&c.cmd("EHLO client.example").await, "250");
+    starts(&c.cmd("MAIL FROM:<ada@example.com>").await, "250 2.1.0");
+    assert_eq!(
+        c.cmd(&format!("RCPT TO:<{}>", a.email)).await,
+        "550 5.7.1 Message not authenticated as the recipient's sender rules require"
+    );
+    starts(&c.cmd("QUIT").await, "221");
+    assert_eq!(refused_count(&http, &a).await, 1);
+    assert!(feed(&http, &unchecked.base, &a, 0).await.is_empty());
+
+    let (dns, _dns_task) = fake_dns(vec![
+        ("example.com", "v=spf1 ip4:127.0.0.1 -all"),
+        ("_dmarc.example.com", "v=DMARC1; p=reject"),
+        ("other.example", "v=spf1 -all"),
+        ("_dmarc.other.example", "v=DMARC1; p=reject"),
+    ])
+    .await;
+    let checked = serve(DOMAIN, &["--smtp-check-auth", "--smtp-dns-resolver", &dns]).await;
+    let b = create(&http, &checked.base).await;
+    set_policy(&http, &b, json!({"require_auth": "dmarc"})).await;
+    let forged = authored("boss@other.example", &b.email, "forged");
+    assert_eq!(
+        send_raw(&checked.smtp, "boss@other.example", &[&b.email], &forged).await,
+        "550 5.7.1 Message not authenticated as the recipient's sender rules require"
+    );
+    let genuine = authored("Ada <ada@example.com>", &b.email, "genuine");
+    assert_eq!(
+        send_raw(&checked.smtp, "ada@example.com", &[&b.email], &genuine).await,
+        "250 2.0.0 OK"
+    );
+    let events = feed(&http, &checked.base, &b, 0).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["data"]["subject"], "genuine");
+    assert_eq!(events[0]["data"]["auth"]["dmarc"], "pass");
+    assert_eq!(refused_count(&http, &b).await, 1);
+}

@@ -58,6 +58,16 @@ async fn verified_webhooks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sender_handshakes() {
+    agentaddress_blackbox::senders::handshakes(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sender_schemes() {
+    agentaddress_blackbox::senders::schemes(&client()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn service_routes() {
     let c = client();
     scenarios::service_routes(&c).await;

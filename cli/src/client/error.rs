@@ -152,7 +152,8 @@ pub fn exit_code_for_api(code: ErrorCode) -> u8 {
         | ErrorCode::IdempotencyKeyReused
         | ErrorCode::Internal
         | ErrorCode::NotSupported
-        | ErrorCode::SignatureInvalid => exit::OTHER,
+        | ErrorCode::SignatureInvalid
+        | ErrorCode::Forbidden => exit::OTHER,
     }
 }
 

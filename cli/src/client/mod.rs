@@ -184,12 +184,17 @@ pub struct CreateArgs {
     force: bool,
     /// Verify webhook signatures with this scheme (docs/API.md §15); needs --secret-file.
     #[arg(long, value_name = "SCHEME", requires = "secret_file",
-          value_parser = ["standard-webhooks", "stripe", "github"])]
+          value_parser = ["standard-webhooks", "stripe", "github", "slack", "zoom", "shopify",
+                          "meta", "twilio", "linear"])]
     verify: Option<String>,
     /// The file holding the provider's signing secret (one trailing newline is ignored; `-` is
     /// stdin). The secret is sent once and never printed.
     #[arg(long, value_name = "FILE", requires = "verify")]
     secret_file: Option<PathBuf>,
+    /// `--verify meta` only: the file holding the verify token Meta's subscription handshake
+    /// presents (docs/API.md §22; one trailing newline is ignored, `-` is stdin).
+    #[arg(long, value_name = "FILE", requires = "verify")]
+    verify_token_file: Option<PathBuf>,
     /// Refuse deliveries that do not verify (401 signature_invalid) instead of recording them.
     #[arg(long, requires = "verify")]
     reject_unverified: bool,
@@ -197,6 +202,13 @@ pub struct CreateArgs {
     #[arg(long, value_name = "SECONDS", requires = "verify",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     tolerance_seconds: Option<u64>,
+    /// Accept email only from senders matching PATTERN (`ada@example.com`, `*@example.com`,
+    /// `*@*.example.com`); repeat for more (docs/API.md §10, "Sender rules").
+    #[arg(long = "allow-sender", value_name = "PATTERN")]
+    allow_sender: Vec<String>,
+    /// Accept email only when this authentication passes (docs/API.md §10, "Sender rules").
+    #[arg(long, value_name = "CHECK", value_parser = ["spf_or_dkim", "dmarc"])]
+    require_auth: Option<String>,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -617,10 +629,23 @@ async fn create(args: CreateArgs, secret: &mut Option<String>) -> Result<Value> 
         verification.insert("scheme".into(), Value::String(scheme.clone()));
         verification.insert("secret".into(), Value::String(read_secret_file(file)?));
         verification.insert("reject_unverified".into(), args.reject_unverified.into());
+        if let Some(file) = &args.verify_token_file {
+            verification.insert(
+                "verify_token".into(),
+                Value::String(read_secret_file(file)?),
+            );
+        }
         if let Some(t) = args.tolerance_seconds {
             verification.insert("tolerance_seconds".into(), t.into());
         }
         body.insert("verification".into(), Value::Object(verification));
+    }
+    if !args.allow_sender.is_empty() || args.require_auth.is_some() {
+        let allow = (!args.allow_sender.is_empty()).then(|| args.allow_sender.clone());
+        body.insert(
+            "email_policy".into(),
+            serde_json::json!({"allow": allow, "require_auth": args.require_auth}),
+        );
     }
     let answer = api
         .call(
@@ -656,6 +681,10 @@ async fn create(args: CreateArgs, secret: &mut Option<String>) -> Result<Value> 
     // The public view of the signing secret (docs/API.md §15), when one was set.
     if let (Some(v), Some(o)) = (answer["address"].get("verification"), out.as_object_mut()) {
         o.insert("verification".into(), v.clone());
+    }
+    // The sender rules of its email (docs/API.md §10), when some were set.
+    if let (Some(v), Some(o)) = (answer["address"].get("email_policy"), out.as_object_mut()) {
+        o.insert("email_policy".into(), v.clone());
     }
     Ok(out)
 }

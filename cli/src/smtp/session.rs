@@ -11,6 +11,7 @@
 //! | `SIZE=` or the message over `--max-email-bytes`        | `552 5.3.4`          |
 //! | a bare CR or LF in the message (read to its end)       | `550 5.6.0`          |
 //! | no single author (`From`), with --smtp-check-auth      | `550 5.7.1`          |
+//! | the address's sender rules (at `RCPT`, after `DATA`)   | `550 5.7.1`          |
 //! | the address's feed or stored email is full             | `452 4.2.2`          |
 //! | `DATA` with no memory within the command timeout       | `452 4.3.1`          |
 //! | a message that could not grow (read to its end)        | `452 4.3.1`          |
@@ -45,6 +46,12 @@
 //! each is answered in order. After `STARTTLS` whatever the client pipelined behind it in
 //! plain text is discarded (RFC 3207 §4.2: a man in the middle could have injected it), and
 //! the session starts afresh.
+//!
+//! **Sender rules** (docs/API.md §10, "Sender rules"). At `RCPT` an address whose rules refuse
+//! the envelope's sender (`MAIL FROM`) — or that require authentication this server does not
+//! evaluate (no `--smtp-check-auth`: fail closed) — is refused `550 5.7.1` and its refusal
+//! counted, once per transaction and address. The author and the verdicts are judged after
+//! `DATA`, by `deliver_email`.
 //!
 //! The stored message is byte for byte what the client sent after dot-unstuffing: no
 //! `Received` header is added, so a retry of a message without `Message-ID` (whose `email_id`
@@ -155,6 +162,8 @@ struct Session {
     /// The transaction: `MAIL FROM` given (empty: the null sender), and recipients accepted.
     mail_from: Option<String>,
     rcpts: Vec<String>,
+    /// The addresses whose sender rules refused this transaction at `RCPT` (counted once each).
+    refused: Vec<String>,
     tls: bool,
     commands: u64,
     errors: u64,
@@ -173,6 +182,7 @@ pub async fn run(
         helo: None,
         mail_from: None,
         rcpts: Vec::new(),
+        refused: Vec::new(),
         tls: false,
         commands: 0,
         errors: 0,
@@ -382,9 +392,9 @@ impl Session {
     }
 
     async fn rcpt(&mut self, conn: &mut Conn, rcpt: String) -> io::Result<Flow> {
-        if self.mail_from.is_none() {
+        let Some(mail_from) = self.mail_from.clone() else {
             return self.fail(conn, "503 5.5.1 Send MAIL first").await;
-        }
+        };
         let max = usize::try_from(self.shared.limits.max_email_recipients).unwrap_or(usize::MAX);
         if self.rcpts.len() >= max {
             // Temporary, and not an error of the client's: it sends the rest in another
@@ -393,20 +403,40 @@ impl Session {
             return Ok(Flow::Continue);
         }
         let now = self.shared.clock.now();
-        match agentaddress_email::resolve(
+        let resolved = agentaddress_email::resolve(
             self.shared.store.as_ref(),
             &rcpt,
             &self.shared.domain,
             now,
         )
-        .await
-        {
-            Ok(_) => {
+        .await;
+        let refused = match resolved {
+            Ok((address, _)) => {
+                // The address's sender rules, as far as the envelope shows (docs/API.md §10).
+                let checks_auth = self.shared.auth.is_some();
+                match agentaddress_email::Rejection::at_rcpt(&address, &mail_from, checks_auth) {
+                    None => None,
+                    Some(refused) => {
+                        if !self.refused.contains(&address.id) {
+                            let store = self.shared.store.as_ref();
+                            if let Err(e) = store.count_email_refusal(&address.id, now).await {
+                                tracing::warn!(address = %address.id, error = %e, "counting a refused email failed");
+                            }
+                            self.refused.push(address.id);
+                        }
+                        Some(refused)
+                    }
+                }
+            }
+            Err(rejection) => Some(rejection),
+        };
+        match refused {
+            None => {
                 self.rcpts.push(rcpt);
                 self.reply(conn, "250 2.1.5 OK").await?;
                 Ok(Flow::Continue)
             }
-            Err(rejection) => {
+            Some(rejection) => {
                 let reply = rejection.smtp_reply();
                 tracing::info!(peer = %self.peer, %rcpt, %reply, "SMTP recipient refused");
                 if reply.code >= 500 {
@@ -653,6 +683,7 @@ impl Session {
     fn reset(&mut self) {
         self.mail_from = None;
         self.rcpts.clear();
+        self.refused.clear();
     }
 
     /// A failed command: its reply, or `421 4.7.0` and the end of the session when it is one

@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::error::ApiError;
+use crate::domain::email_policy::{EmailPolicy, EmailPolicyView};
 use crate::domain::envelope;
 use crate::domain::time::format_rfc3339;
 use crate::domain::verification::{VerificationConfig, VerificationView};
@@ -43,6 +44,10 @@ pub struct AddressView {
     /// Present when the address holds a signing secret (docs/API.md §15); never the secret.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationView>,
+    /// Present when the address has sender rules for its inbound email (docs/API.md §10,
+    /// "Sender rules").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email_policy: Option<EmailPolicyView>,
 }
 
 impl From<&AddressRecord> for AddressView {
@@ -55,6 +60,7 @@ impl From<&AddressRecord> for AddressView {
             created_at: format_rfc3339(a.created_at),
             expires_at: a.expires_at.map(format_rfc3339),
             verification: a.verification.as_ref().map(VerificationConfig::view),
+            email_policy: a.email_policy.as_ref().map(EmailPolicy::view),
         }
     }
 }
@@ -175,6 +181,13 @@ impl From<Usage> for UsageView {
     }
 }
 
+/// The address's inbound email figures in `GET {root}` (docs/API.md §10, "Sender rules").
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EmailStatsView {
+    /// How many messages its sender rules (`address.email_policy`) refused: never appended.
+    pub refused_count: u64,
+}
+
 /// `200` of `GET {root}`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AddressDetails {
@@ -182,6 +195,7 @@ pub struct AddressDetails {
     pub usage: UsageView,
     pub limits: Limits,
     pub endpoints: ReadEndpoints,
+    pub email: EmailStatsView,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -197,6 +211,12 @@ impl From<EventRef> for EventRefView {
             sequence: e.sequence,
         }
     }
+}
+
+/// `200` of `PUT {root}/email/policy` (docs/API.md §10, "Sender rules").
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EmailPolicyResult {
+    pub email_policy: EmailPolicyView,
 }
 
 /// `200` of `PUT {root}/verification` (docs/API.md §15): never the secret.

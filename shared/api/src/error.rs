@@ -54,11 +54,14 @@ pub enum ErrorCode {
     HookUnreachable,
     /// docs/API.md §20: the timer fired before it could be cancelled.
     TimerFired,
+    /// docs/API.md §22: Meta's subscription handshake with a verify token that is not the
+    /// address's.
+    Forbidden,
 }
 
 impl ErrorCode {
     /// Every code, in the order of docs/API.md §9.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
         ErrorCode::NotFound,
@@ -85,6 +88,7 @@ impl ErrorCode {
         ErrorCode::InvalidHookUrl,
         ErrorCode::HookUnreachable,
         ErrorCode::TimerFired,
+        ErrorCode::Forbidden,
     ];
 
     /// The code on the wire (`error.code`).
@@ -116,6 +120,7 @@ impl ErrorCode {
             Self::InvalidHookUrl => "invalid_hook_url",
             Self::HookUnreachable => "hook_unreachable",
             Self::TimerFired => "timer_fired",
+            Self::Forbidden => "forbidden",
         }
     }
 
@@ -139,7 +144,7 @@ impl ErrorCode {
             | Self::RequestClosed
             | Self::TimerFired => StatusCode::CONFLICT,
             Self::AddressGone | Self::AttachmentUnavailable | Self::CodeExpired => StatusCode::GONE,
-            Self::ContactNotConfirmed => StatusCode::FORBIDDEN,
+            Self::ContactNotConfirmed | Self::Forbidden => StatusCode::FORBIDDEN,
             Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::IdempotencyKeyReused | Self::InvalidCode => StatusCode::UNPROCESSABLE_ENTITY,
@@ -212,6 +217,7 @@ impl ErrorCode {
             Self::TimerFired => {
                 "This timer has fired already: its event is in the feed, and it cannot be cancelled."
             }
+            Self::Forbidden => "The verify token is not this address's; nothing is answered.",
         }
     }
 }
@@ -268,6 +274,9 @@ pub enum ApiError {
     /// `timer_fired` (docs/API.md §20).
     #[error("timer fired")]
     TimerFired,
+    /// `forbidden`: Meta's handshake with a verify token that is not the address's (§22).
+    #[error("forbidden")]
+    Forbidden,
     #[error("state limit exceeded")]
     StateLimitExceeded,
     #[error("address gone")]
@@ -345,6 +354,7 @@ impl ApiError {
             | Self::TimersFull => ErrorCode::QuotaExceeded,
             Self::RequestClosed => ErrorCode::RequestClosed,
             Self::TimerFired => ErrorCode::TimerFired,
+            Self::Forbidden => ErrorCode::Forbidden,
             Self::AttachmentUnavailable => ErrorCode::AttachmentUnavailable,
             Self::StateLimitExceeded => ErrorCode::StateLimitExceeded,
             Self::AddressGone => ErrorCode::AddressGone,
@@ -572,6 +582,7 @@ mod tests {
             ApiError::HookUnreachable("x".into()),
             ApiError::TimersFull,
             ApiError::TimerFired,
+            ApiError::Forbidden,
             ApiError::Internal("secret detail".into()),
             ApiError::Unavailable("secret detail".into()),
         ];

@@ -28,9 +28,13 @@ use crate::domain::request::{
 };
 use crate::domain::state::validate_value;
 use crate::domain::verification::{
-    VerificationConfig, TOLERANCE_DEFAULT_SECONDS, TOLERANCE_MAX_SECONDS, TOLERANCE_MIN_SECONDS,
+    Scheme, VerificationConfig, TOLERANCE_DEFAULT_SECONDS, TOLERANCE_MAX_SECONDS,
+    TOLERANCE_MIN_SECONDS, VERIFY_TOKEN_MAX_BYTES,
 };
 
+mod email_policy;
+pub use email_policy::EmailPolicyRequest;
+use email_policy::{create_email_policy_schema, policy_field};
 mod fields;
 use fields::*;
 mod hooks;
@@ -160,6 +164,10 @@ pub struct CreateAddressRequest {
     #[serde(default, deserialize_with = "verification")]
     #[schema(schema_with = create_verification_schema)]
     pub verification: Option<VerificationConfig>,
+    /// Sender rules for its inbound email (docs/API.md §10, "Sender rules").
+    #[serde(default, deserialize_with = "policy_field")]
+    #[schema(schema_with = create_email_policy_schema)]
+    pub email_policy: Option<crate::domain::email_policy::EmailPolicy>,
     /// Wake hooks made with the address (docs/API.md §19).
     #[serde(default, deserialize_with = "hook_list")]
     #[schema(schema_with = hook_list_schema)]

@@ -124,6 +124,16 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
         ),
         ("delete_verification", &[Unauthorized, AddressGone]),
         (
+            "set_email_policy",
+            &[
+                Unauthorized,
+                AddressGone,
+                PayloadTooLarge,
+                UnsupportedMediaType,
+            ],
+        ),
+        ("delete_email_policy", &[Unauthorized, AddressGone]),
+        (
             "deliver",
             &[
                 NotFound,
@@ -132,7 +142,12 @@ const OPERATION_ERRORS: &[(&str, &[ErrorCode])] = {
                 PayloadTooLarge,
                 IdempotencyKeyReused,
                 SignatureInvalid,
+                RateLimited,
             ],
+        ),
+        (
+            "subscribe_inbox",
+            &[NotFound, AddressGone, Forbidden, RateLimited],
         ),
         ("list_events", &[Unauthorized, AddressGone, RateLimited]),
         ("stream_events", &[Unauthorized, AddressGone, RateLimited]),
@@ -568,7 +583,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(operations, 47);
+        assert_eq!(operations, 50);
         // Every error response lists the codes it can carry: catalogue codes of its status.
         for (path, item) in paths {
             for (method, op) in item.as_object().expect("path item") {

@@ -22,11 +22,12 @@ use crate::{ApiError, AppState, McpRoute, MCP_PATH};
 pub enum RouteGroup {
     /// `POST /api/v1/addresses`
     CreateAddress,
-    /// `GET`, `DELETE {root}`, `PUT`, `DELETE {root}/verification`, and the inbox viewer's
-    /// sign-in links: `POST {root}/viewer-codes`, `POST /api/v1/viewer-codes/redeem`
+    /// `GET`, `DELETE {root}`, `PUT`, `DELETE {root}/verification`, `PUT`, `DELETE
+    /// {root}/email/policy` (docs/API.md §10), and the inbox viewer's sign-in links: `POST {root}/viewer-codes`, `POST /api/v1/viewer-codes/redeem`
     /// (docs/API.md §13)
     Address,
-    /// `POST {inbox_url}`
+    /// `POST {inbox_url}`, and `GET {inbox_url}` for Meta's subscription handshake
+    /// (docs/API.md §22)
     Inbox,
     /// `GET {root}/events`, `GET {root}/events/stream` (501 on Lambda), `GET {root}/events/{event_id}`,
     /// `POST .../ack`
@@ -298,8 +299,8 @@ macro_rules! route_table {
 
 route_table! {
     CreateAddress CREATE_ADDRESS "create-address" [create_address]
-    Address ADDRESS "address" [inspect_address, delete_address, set_verification, delete_verification, create_viewer_code, redeem_viewer_code]
-    Inbox INBOX "inbox" [deliver]
+    Address ADDRESS "address" [inspect_address, delete_address, set_verification, delete_verification, set_email_policy, delete_email_policy, create_viewer_code, redeem_viewer_code]
+    Inbox INBOX "inbox" [deliver, subscribe_inbox]
     Events EVENTS "events" [list_events, stream_events, get_event, ack_event]
     State STATE "state" [list_state, get_state, put_state, delete_state]
     Service SERVICE "service" [home, favicon, healthz, openapi_json, skill_md, inbox_page, inbox_js, inbox_css, llms_full_txt, well_known]

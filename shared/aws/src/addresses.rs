@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
 
 use crate::capacity::Tally;
 use crate::cond_update::new_item;
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Limits, Millis};
 use crate::item::*;
@@ -48,6 +49,9 @@ impl Addresses for DynamoStore {
         item.insert("state_bytes".into(), n(0));
         if let Some(v) = &a.verification {
             item.insert("verification".into(), s(v.to_stored()));
+        }
+        if let Some(p) = &a.email_policy {
+            item.insert("email_policy".into(), s(p.to_stored()));
         }
         crate::hooks::new_meta_hooks(&mut item, &a.hooks);
         let email_key = ids::email_key(&a.email);
@@ -154,44 +158,40 @@ impl Addresses for DynamoStore {
         &self, id: &str, verification: Option<VerificationConfig>, now: Millis,
     ) -> StoreResult<()> {
         let stored = verification.as_ref().map(VerificationConfig::to_stored);
-        let result = resend_on_conflict(|| {
-            let update = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key(pk(id), "META".into())))
-                .condition_expression(
-                    "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND \
-                     (attribute_not_exists(expires_at) OR expires_at > :now)",
-                )
-                .expression_attribute_values(":now", n(now))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .return_consumed_capacity(ReturnConsumedCapacity::Total);
-            let update = match &stored {
-                Some(v) => update
-                    .update_expression("SET verification = :v")
-                    .expression_attribute_values(":v", s(v)),
-                None => update.update_expression("REMOVE verification"),
-            };
-            update.send()
+        self.update_live_meta(id, now, "UpdateItem verification", |update| match &stored {
+            Some(v) => update
+                .update_expression("SET verification = :v")
+                .expression_attribute_values(":v", s(v)),
+            None => update.update_expression("REMOVE verification"),
         })
         .await
-        .tally(&self.metrics);
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-                match e.as_service_error() {
-                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => match c.item() {
-                        Some(_) => Err(StoreError::AddressGone),
-                        None => Err(StoreError::AddressNotFound),
-                    },
-                    _ => Err(sdk_err("UpdateItem verification", e)),
-                }
-            }
-        }
+    }
+
+    /// META's `email_policy` attribute, conditioned on the address being live (safe to repeat:
+    /// it sets the same value); `email_refused` is left as it is.
+    async fn set_email_policy(
+        &self, id: &str, policy: Option<EmailPolicy>, now: Millis,
+    ) -> StoreResult<()> {
+        let stored = policy.as_ref().map(EmailPolicy::to_stored);
+        self.update_live_meta(id, now, "UpdateItem email policy", |update| match &stored {
+            Some(v) => update
+                .update_expression("SET email_policy = :v")
+                .expression_attribute_values(":v", s(v)),
+            None => update.update_expression("REMOVE email_policy"),
+        })
+        .await
+    }
+
+    /// `ADD email_refused :one` on META, conditioned on the address being live: atomic, so
+    /// concurrent refusals each count. (An SDK re-send of a write whose answer was lost may
+    /// count one refusal twice: a count, not a ledger.)
+    async fn count_email_refusal(&self, id: &str, now: Millis) -> StoreResult<()> {
+        self.update_live_meta(id, now, "UpdateItem email_refused", |update| {
+            update
+                .update_expression("ADD email_refused :one")
+                .expression_attribute_values(":one", n(1))
+        })
+        .await
     }
 
     async fn usage(&self, id: &str, _limits: &Limits, now: Millis) -> StoreResult<Usage> {
@@ -294,5 +294,51 @@ impl Addresses for DynamoStore {
         };
         self.telling(now, commit, |_| Tell::Gone(id.to_owned()))
             .await
+    }
+}
+
+impl DynamoStore {
+    /// One `UpdateItem` of a live address's META (`with` adds its expression and values),
+    /// re-sent while an append transaction holds the item: [`StoreError::AddressNotFound`] for
+    /// no META, [`StoreError::AddressGone`] for a deleted or expired one (nothing changes).
+    async fn update_live_meta(
+        &self, id: &str, now: Millis, op: &str,
+        with: impl Fn(
+            aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+        )
+            -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    ) -> StoreResult<()> {
+        let result = resend_on_conflict(|| {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk(id), "META".into())))
+                .condition_expression(
+                    "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND \
+                     (attribute_not_exists(expires_at) OR expires_at > :now)",
+                )
+                .expression_attribute_values(":now", n(now))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            with(update).send()
+        })
+        .await
+        .tally(&self.metrics);
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+                match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(c)) => match c.item() {
+                        Some(_) => Err(StoreError::AddressGone),
+                        None => Err(StoreError::AddressNotFound),
+                    },
+                    _ => Err(sdk_err(op, e)),
+                }
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Millis};
 use crate::store::{AddressRecord, Event, EventRef, StoreError, StoreResult};
@@ -322,6 +323,13 @@ impl FromItem for AddressRecord {
             next_request_expiry: f.opt_i("next_request_expiry")?,
             next_timer_at: f.opt_i("next_timer_at")?,
             hook_types: crate::hooks::meta_hook_types(&f)?,
+            email_policy: match f.opt_s("email_policy")? {
+                None => None,
+                Some(stored) => Some(EmailPolicy::from_stored(&stored).ok_or_else(|| {
+                    StoreError::Internal("META with an unreadable email_policy".into())
+                })?),
+            },
+            email_refused: f.count("email_refused")?,
             verification: match f.opt_s("verification")? {
                 None => None,
                 Some(stored) => {

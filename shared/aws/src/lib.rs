@@ -2,7 +2,7 @@
 //!
 //! | item | pk | sk |
 //! |---|---|---|
-//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, verification, qrev, trev, next_timer_at, ttl) |
+//! | address | `A#{id}` | `META` (seq, state_keys, state_bytes, hashes, deleted_at, next_request_expiry, verification, email_policy, email_refused, qrev, trev, next_timer_at, ttl) |
 //! | state key | `A#{id}` | `S#{key}` |
 //! | event | `A#{id}` | `E#{seq:020}` (data beyond ~300 KB in chunk items `E#{seq:020}#{n:03}`) |
 //! | idempotency | `A#{id}` | `I#{sha256(key)}` |

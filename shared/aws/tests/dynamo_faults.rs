@@ -217,6 +217,7 @@ fn new_address() -> NewAddress {
         token_hash: ids::hash_secret(&ids::new_read_token()),
         inbox_hash: ids::hash_secret(&ids::new_inbox_secret()),
         verification: None,
+        email_policy: None,
         hooks: Vec::new(),
     }
 }

@@ -25,6 +25,7 @@ fn new_address(id: &str, expires_at: Option<Millis>) -> NewAddress {
         token_hash: ids::hash_secret("t"),
         inbox_hash: ids::hash_secret("i"),
         verification: None,
+        email_policy: None,
         hooks: Vec::new(),
     }
 }

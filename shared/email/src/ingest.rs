@@ -3,7 +3,13 @@
 //! with the raw message by [`Emails::append_email`]. Doors (the SMTP session, the raw-MIME
 //! webhook, SES on AWS) differ only in how they get the bytes and the envelope, and in how they
 //! answer each recipient's outcome ([`Rejection::smtp_reply`], [`Rejection::code`]).
+//!
+//! An address's sender rules (docs/API.md §10, "Sender rules") are applied here for every door:
+//! the envelope's sender before the message is parsed, its author and authentication verdicts
+//! after; a refused address gets [`Rejection::SenderRefused`] (`550 5.7.1`), its refusal is
+//! counted ([`Addresses::count_email_refusal`]), and nothing is appended to it.
 
+use agentaddress_core::domain::email_policy::{PolicyFailure, SenderAuth};
 use agentaddress_core::domain::{Ingress, Limits, Millis};
 use agentaddress_core::store::{
     prelude::*, AddressRecord, EventRef, NewEmail, NewEvent, StoreError,
@@ -11,8 +17,8 @@ use agentaddress_core::store::{
 use serde_json::Value;
 
 use crate::{
-    parse_message, parse_recipient, AuthResults, EmailLimits, Envelope, Provider, Recipient,
-    Refusal, SmtpReply, EVENT_TYPE,
+    parse_message, parse_recipient, AuthResults, AuthVerdict, EmailLimits, Envelope, Provider,
+    Recipient, Refusal, SmtpReply, EVENT_TYPE,
 };
 
 /// A message as a door received it.
@@ -51,6 +57,9 @@ pub enum Rejection {
     /// The message itself is refused (permanent).
     #[error("{0}")]
     Message(Refusal),
+    /// The address's sender rules refuse the message (permanent): counted, never appended.
+    #[error("refused by the recipient's sender rules: {0}")]
+    SenderRefused(PolicyFailure),
     /// The store was unavailable; the sender should retry.
     #[error("the store is unavailable")]
     Unavailable,
@@ -69,6 +78,21 @@ impl Rejection {
             Rejection::StorageFull => (452, "4.2.2", "Mailbox storage full, try again later"),
             Rejection::TooManyRecipients => (452, "4.5.3", "Too many recipients"),
             Rejection::Message(refusal) => return refusal.smtp_reply(),
+            Rejection::SenderRefused(PolicyFailure::EnvelopeSender) => (
+                550,
+                "5.7.1",
+                "Sender not allowed by the recipient's sender rules",
+            ),
+            Rejection::SenderRefused(PolicyFailure::Author) => (
+                550,
+                "5.7.1",
+                "Message author not allowed by the recipient's sender rules",
+            ),
+            Rejection::SenderRefused(PolicyFailure::Auth) => (
+                550,
+                "5.7.1",
+                "Message not authenticated as the recipient's sender rules require",
+            ),
             Rejection::Unavailable | Rejection::Internal => {
                 (451, "4.3.0", "Temporary failure, try again later")
             }
@@ -90,7 +114,7 @@ impl Rejection {
             Rejection::Message(Refusal::TooLarge { .. } | Refusal::DataTooLarge { .. }) => {
                 "payload_too_large"
             }
-            Rejection::Message(_) => "invalid_request",
+            Rejection::Message(_) | Rejection::SenderRefused(_) => "invalid_request",
             Rejection::Unavailable => "unavailable",
             Rejection::Internal => "internal",
         }
@@ -99,6 +123,39 @@ impl Rejection {
     /// Whether the sender may succeed by sending the same message again later.
     pub fn is_temporary(&self) -> bool {
         self.smtp_reply().code < 500
+    }
+
+    /// What an SMTP server answers at `RCPT` for `address` when the envelope's sender is
+    /// `mail_from` (empty: the null sender): the refusal of its sender rules, if they refuse
+    /// already — the sender matches no `allow` pattern, or they require authentication that
+    /// this server does not evaluate (`checks_auth` false: nothing could pass, so the message
+    /// is refused before it is sent; fail closed). The caller counts it.
+    pub fn at_rcpt(address: &AddressRecord, mail_from: &str, checks_auth: bool) -> Option<Self> {
+        let policy = address.email_policy.as_ref()?;
+        if !policy.allows(mail_from) {
+            return Some(Rejection::SenderRefused(PolicyFailure::EnvelopeSender));
+        }
+        (!checks_auth && policy.require_auth().is_some())
+            .then_some(Rejection::SenderRefused(PolicyFailure::Auth))
+    }
+}
+
+/// The verdicts the sender rules read: `pass` or not; DMARC only for a message with a single
+/// author (`single_author`).
+fn sender_auth(auth: AuthResults, single_author: bool) -> SenderAuth {
+    SenderAuth {
+        spf: auth.spf == AuthVerdict::Pass,
+        dkim: auth.dkim == AuthVerdict::Pass,
+        dmarc: single_author && auth.dmarc == AuthVerdict::Pass,
+    }
+}
+
+/// Counts one refusal of `address_id`'s sender rules. A store that cannot count does not make
+/// the refusal temporary: it is logged.
+async fn count_refusal(store: &dyn Store, address_id: &str, failure: PolicyFailure, now: Millis) {
+    tracing::info!(address = %address_id, %failure, "email refused by the address's sender rules");
+    if let Err(e) = store.count_email_refusal(address_id, now).await {
+        tracing::warn!(address = %address_id, error = %e, "counting a refused email failed");
     }
 }
 
@@ -187,6 +244,28 @@ pub async fn deliver_email(
             }),
         }
     }
+    // The envelope's sender, by each address's rules: a refused address is counted once,
+    // whatever the number of its recipients, and its recipients are not parsed for.
+    let mut allowed = Vec::with_capacity(targets.len());
+    for (address, tag, rcpts) in targets {
+        let envelope_ok = address
+            .email_policy
+            .as_ref()
+            .is_none_or(|p| p.allows(inbound.mail_from));
+        if envelope_ok {
+            allowed.push((address, tag, rcpts));
+            continue;
+        }
+        let failure = PolicyFailure::EnvelopeSender;
+        count_refusal(store, &address.id, failure, now).await;
+        for rcpt in rcpts {
+            delivery.rejected.push(Rejected {
+                rcpt,
+                rejection: Rejection::SenderRefused(failure),
+            });
+        }
+    }
+    let targets = allowed;
     if targets.is_empty() {
         return delivery;
     }
@@ -225,7 +304,25 @@ pub async fn deliver_email(
         }
     };
 
+    // The author (the `source` when `from` shows one: "The author", docs/API.md §10) and the
+    // verdicts, for the sender rules.
+    let single_author = parsed.data.get("from").is_some_and(|f| !f.is_null());
+    let author = parsed.source.as_deref().filter(|_| single_author);
+    let auth = sender_auth(inbound.auth, single_author);
+
     for (address, tag, rcpts) in targets {
+        if let Some(policy) = &address.email_policy {
+            if let Err(failure) = policy.check(inbound.mail_from, author, auth) {
+                count_refusal(store, &address.id, failure, now).await;
+                for rcpt in rcpts {
+                    delivery.rejected.push(Rejected {
+                        rcpt,
+                        rejection: Rejection::SenderRefused(failure),
+                    });
+                }
+                continue;
+            }
+        }
         let mut data = parsed.data.clone();
         if let Value::Object(map) = &mut data {
             map.insert("tag".into(), tag.map_or(Value::Null, Value::String));

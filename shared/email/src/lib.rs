@@ -8,13 +8,15 @@
 //!   single author (no `From`, several, several mailboxes, none parseable);
 //! - `data` = the object built by [`parse_message`], keys in this order: `email_id`,
 //!   `message_id`, `in_reply_to`, `references`, `from`, `reply_to`, `to`, `cc`, `tag`,
-//!   `subject`, `date`, `text`, `html`, `truncated`, `attachments`, `envelope`, `size`,
-//!   `provider`, `auth` ([`DATA_KEYS`]).
+//!   `subject`, `auto_reply`, `date`, `text`, `reply_text`, `html`, `truncated`,
+//!   `attachments`, `envelope`, `size`, `provider`, `auth` ([`DATA_KEYS`]).
 //!
 //! Headers are decoded (RFC 2047, any charset to UTF-8); `text` comes from the text parts (or
-//! is derived from the HTML when there is none); `html` is the HTML part as sent. `data` obeys
-//! a byte limit (the inbox body limit): `html` is dropped first, then `text` is cut at a
-//! character boundary, and `truncated` is set. `date` is RFC 3339 UTC when `Date` parses,
+//! is derived from the HTML when there is none); `reply_text` is `text` without a reply's quoted
+//! history and signature ([`reply_text`]); `html` is the HTML part as sent; `auto_reply` says a
+//! program sent it (`Auto-Submitted`, `X-Autoreply`, `Precedence`). `data` obeys a byte limit
+//! (the inbox body limit): `html` is dropped first, then `text` and `reply_text` are cut at
+//! character boundaries, and `truncated` is set. `date` is RFC 3339 UTC when `Date` parses,
 //! else null. `size` is the raw message's byte length. `auth` carries the SPF, DKIM and DMARC
 //! verdicts evaluated by the caller ([`AuthResults`]).
 //!
@@ -50,6 +52,7 @@ mod message;
 mod provider;
 mod recipient;
 mod refusal;
+mod reply;
 pub mod ses;
 mod truncate;
 
@@ -67,6 +70,7 @@ pub use message::{
 pub use provider::{deliver_ses, outcome, ProviderOutcome};
 pub use recipient::{parse_recipient, Recipient};
 pub use refusal::{Refusal, SmtpReply};
+pub use reply::reply_text;
 pub use ses::{
     s3_notification, ses_auth, ses_envelope, ses_message_id, S3Notification, S3Object, SesError,
 };

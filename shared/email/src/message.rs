@@ -8,14 +8,14 @@ use serde_json::{json, Value};
 
 use crate::author::{author_of, Author};
 use crate::limits::{prescan, EmailLimits};
-use crate::{attachment, id, truncate, Refusal};
+use crate::{attachment, id, reply, truncate, Refusal};
 
 /// The event type of an inbound email.
 pub const EVENT_TYPE: &str = "email.received";
 /// The event's `ingress_surface`.
 pub const INGRESS_SURFACE: &str = "email";
 /// Every key of `data`, in order.
-pub const DATA_KEYS: [&str; 19] = [
+pub const DATA_KEYS: [&str; 21] = [
     "email_id",
     "message_id",
     "in_reply_to",
@@ -26,8 +26,10 @@ pub const DATA_KEYS: [&str; 19] = [
     "cc",
     "tag",
     "subject",
+    "auto_reply",
     "date",
     "text",
+    "reply_text",
     "html",
     "truncated",
     "attachments",
@@ -148,6 +150,12 @@ pub fn parse_message(
         })
         .collect();
 
+    let text = (!text.is_empty()).then(|| text.join("\n"));
+    let subject = message.subject();
+    let reply_text = text
+        .as_deref()
+        .map(|t| reply::reply_text(t, subject).into_owned());
+
     let data = json!({
         "email_id": email_id,
         "message_id": message_id.map(angle),
@@ -158,9 +166,11 @@ pub fn parse_message(
         "to": all_addrs(message.to()),
         "cc": all_addrs(message.cc()),
         "tag": tag,
-        "subject": message.subject(),
+        "subject": subject,
+        "auto_reply": auto_reply(&message),
         "date": date,
-        "text": if text.is_empty() { None } else { Some(text.join("\n")) },
+        "text": text,
+        "reply_text": reply_text,
         "html": if html.is_empty() { None } else { Some(html.join("\n")) },
         "truncated": false,
         "attachments": attachment::list(&message),
@@ -234,6 +244,31 @@ fn check_tree(message: &Message<'_>, limits: &EmailLimits) -> Result<(), Refusal
     Ok(())
 }
 
+/// Whether the message says it was sent by a program, not a person (docs/API.md §10): an
+/// `Auto-Submitted` other than `no` (RFC 3834), any `X-Autoreply` or `X-Autorespond`, or
+/// `Precedence: auto_reply`, `bulk` or `junk` (names and values case-insensitive).
+fn auto_reply(message: &Message<'_>) -> bool {
+    // The value's first word: `auto-replied; owner-email=…` and `bulk (comment)` alike.
+    let word = |value: &str| {
+        value
+            .trim()
+            .split([';', '(', ' ', '\t', '\r', '\n'])
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase()
+    };
+    message.headers_raw().any(|(name, value)| {
+        if name.eq_ignore_ascii_case("auto-submitted") {
+            let w = word(value);
+            !w.is_empty() && w != "no"
+        } else if name.eq_ignore_ascii_case("precedence") {
+            matches!(word(value).as_str(), "auto_reply" | "bulk" | "junk")
+        } else {
+            name.eq_ignore_ascii_case("x-autoreply") || name.eq_ignore_ascii_case("x-autorespond")
+        }
+    })
+}
+
 /// Message ids of an `In-Reply-To` or `References` header, in order.
 fn ids<'a>(value: &'a HeaderValue<'_>) -> Box<dyn Iterator<Item = &'a str> + 'a> {
     match value {
@@ -296,4 +331,108 @@ fn mailbox(addr: &str) -> Option<String> {
         .trim_end_matches('>')
         .trim();
     (addr.contains('@') && !addr.chars().any(char::is_whitespace)).then(|| addr.to_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(headers: &str, body: &str) -> Value {
+        let raw = format!("From: a@example.com\r\nSubject: Re: x\r\n{headers}\r\n{body}");
+        parse_message(
+            raw.as_bytes(),
+            &Envelope::default(),
+            None,
+            Provider::Smtp,
+            AuthResults::default(),
+            None,
+            &EmailLimits::default(),
+        )
+        .map(|p| p.data)
+        .unwrap_or_else(|e| panic!("{headers:?}: refused: {e:?}"))
+    }
+
+    fn auto(headers: &str) -> Value {
+        data(headers, "body\r\n")["auto_reply"].clone()
+    }
+
+    #[test]
+    fn auto_submitted_other_than_no_is_an_auto_reply() {
+        for yes in [
+            "Auto-Submitted: auto-replied\r\n",
+            "Auto-Submitted: auto-generated\r\n",
+            "auto-submitted: Auto-Replied; owner-email=\"x@example.com\"\r\n",
+            "Auto-Submitted: auto-notified (vacation)\r\n",
+            "Auto-Submitted:\r\n auto-replied\r\n",
+            "Auto-Submitted: no\r\nAuto-Submitted: auto-replied\r\n",
+        ] {
+            assert_eq!(auto(yes), true, "{yes:?}");
+        }
+        for no in [
+            "Auto-Submitted: no\r\n",
+            "Auto-Submitted: NO\r\n",
+            "Auto-Submitted: no (a person wrote this)\r\n",
+            "Auto-Submitted:\r\n",
+            "",
+        ] {
+            assert_eq!(auto(no), false, "{no:?}");
+        }
+    }
+
+    #[test]
+    fn x_autoreply_and_x_autorespond_are_auto_replies_whatever_their_value() {
+        for yes in [
+            "X-Autoreply: yes\r\n",
+            "X-AutoReply: YES\r\n",
+            "x-autoreply: \r\n",
+            "X-Autorespond: Out of office\r\n",
+            "X-AUTORESPOND: 1\r\n",
+        ] {
+            assert_eq!(auto(yes), true, "{yes:?}");
+        }
+        for no in [
+            "X-Autoreplied: yes\r\n",
+            "X-Auto-Response-Suppress: All\r\n",
+        ] {
+            assert_eq!(auto(no), false, "{no:?}");
+        }
+    }
+
+    #[test]
+    fn precedence_auto_reply_bulk_and_junk_are_auto_replies() {
+        for yes in [
+            "Precedence: auto_reply\r\n",
+            "Precedence: bulk\r\n",
+            "PRECEDENCE: Junk\r\n",
+            "Precedence: bulk (newsletter)\r\n",
+        ] {
+            assert_eq!(auto(yes), true, "{yes:?}");
+        }
+        for no in [
+            "Precedence: list\r\n",
+            "Precedence: first-class\r\n",
+            "Precedence: bulky\r\n",
+        ] {
+            assert_eq!(auto(no), false, "{no:?}");
+        }
+    }
+
+    #[test]
+    fn reply_text_sits_after_text_and_is_null_with_it() {
+        let d = data(
+            "",
+            "Yes.\r\n\r\nOn Tue, Ada <ada@example.com> wrote:\r\n> May I?\r\n",
+        );
+        assert_eq!(d["reply_text"], "Yes.");
+        let keys: Vec<&str> = d
+            .as_object()
+            .map_or(vec![], |o| o.keys().map(String::as_str).collect());
+        assert_eq!(keys, DATA_KEYS);
+        let no_text = data(
+            "Content-Type: multipart/mixed; boundary=\"b\"\r\n",
+            "--b\r\nContent-Type: image/png\r\n\r\nxx\r\n--b--\r\n",
+        );
+        assert_eq!(no_text["text"], Value::Null);
+        assert_eq!(no_text["reply_text"], Value::Null);
+    }
 }

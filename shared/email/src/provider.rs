@@ -13,7 +13,7 @@ use crate::{deliver_email, parse_recipient, ses_auth, ses_envelope, Delivery, In
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderOutcome {
     /// Every recipient was settled: delivered, or refused for good (no such address, a deleted
-    /// one). The stored copy may go.
+    /// one, its sender rules). The stored copy may go.
     Settled(Delivery),
     /// A recipient should get it later (a full feed, the store unavailable…): try again.
     Retry(Delivery, String),
@@ -79,7 +79,8 @@ pub fn outcome(delivery: Delivery) -> ProviderOutcome {
     for r in &delivery.rejected {
         match &r.rejection {
             Rejection::Message(refusal) => return ProviderOutcome::Refused(refusal.to_string()),
-            Rejection::UnknownRecipient | Rejection::AddressGone => {}
+            // Refused for good, each for its own address: the others may have it.
+            Rejection::UnknownRecipient | Rejection::AddressGone | Rejection::SenderRefused(_) => {}
             other => {
                 retry.get_or_insert_with(|| format!("{}: {other}", r.rcpt));
             }
@@ -112,6 +113,13 @@ mod tests {
     #[test]
     fn recipients_refused_for_good_settle_the_message() {
         let d = delivery(&[Rejection::UnknownRecipient, Rejection::AddressGone]);
+        assert_eq!(outcome(d.clone()), ProviderOutcome::Settled(d));
+        // Sender rules refuse for good (docs/API.md §10): dropped, never dead-lettered.
+        use agentaddress_core::domain::email_policy::PolicyFailure;
+        let d = delivery(&[
+            Rejection::SenderRefused(PolicyFailure::Auth),
+            Rejection::SenderRefused(PolicyFailure::EnvelopeSender),
+        ]);
         assert_eq!(outcome(d.clone()), ProviderOutcome::Settled(d));
         assert_eq!(outcome(delivery(&[])).failure("inbox.test"), None);
     }

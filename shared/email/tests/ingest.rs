@@ -31,6 +31,7 @@ async fn address(store: &dyn Store, expires_at: Option<Millis>) -> String {
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
             verification: None,
+            email_policy: None,
             hooks: Vec::new(),
         })
         .await

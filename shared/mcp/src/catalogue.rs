@@ -287,8 +287,9 @@ fn description(kind: ToolKind) -> String {
              will find it, and keep it private — never put it in a message, a URL or a file \
              you hand to anyone. What you hand off is endpoints.inbox_url (anything POSTed to \
              it becomes an event) or address.email. Optional `verification` ({{\"scheme\": \
-             \"standard-webhooks\"|\"stripe\"|\"github\", \"secret\", \"reject_unverified\"?, \
-             \"tolerance_seconds\"?}}) makes every delivery carry verification.verified, checked \
+             \"standard-webhooks\"|\"stripe\"|\"github\"|\"slack\"|\"zoom\"|\"shopify\"|\"meta\"|\
+             \"twilio\"|\"linear\", \"secret\", \"reject_unverified\"?, \"tolerance_seconds\"?, \
+             \"verify_token\"? (meta only)}}) makes every delivery carry verification.verified, checked \
              against the webhook provider's signing secret (never shown again). Rate limited per \
              client IP. {errors}"
         ),

@@ -5,6 +5,7 @@ use crate::store::Addresses;
 use async_trait::async_trait;
 use rusqlite::{params, OptionalExtension};
 
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Limits, Millis};
 use crate::purge::purge_data;
@@ -21,8 +22,8 @@ impl Addresses for SqliteStore {
                     // Either unique key taken (the id, or the email key of an id differing
                     // only by case) inserts nothing: `AddressExists`.
                     "INSERT INTO addresses (id, name, task_id, email, email_key, created_at, \
-                     expires_at, token_hash, inbox_hash, verification) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT DO NOTHING",
+                     expires_at, token_hash, inbox_hash, verification, email_policy) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT DO NOTHING",
                 )
                 .map_err(sql_err)?
                 .execute(params![
@@ -35,7 +36,8 @@ impl Addresses for SqliteStore {
                     a.expires_at,
                     a.token_hash,
                     a.inbox_hash,
-                    a.verification.as_ref().map(VerificationConfig::to_stored)
+                    a.verification.as_ref().map(VerificationConfig::to_stored),
+                    a.email_policy.as_ref().map(EmailPolicy::to_stored)
                 ])
                 .map_err(sql_err)?;
             if n == 0 {
@@ -82,6 +84,39 @@ impl Addresses for SqliteStore {
                 .map_err(sql_err)?
                 .execute(params![id, stored])
                 .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One `UPDATE` of the live address's row; its refusal count stays.
+    async fn set_email_policy(
+        &self, id: &str, policy: Option<EmailPolicy>, now: Millis,
+    ) -> StoreResult<()> {
+        let id = id.to_owned();
+        let stored = policy.as_ref().map(EmailPolicy::to_stored);
+        self.write(move |conn| {
+            live_address(conn, &id, now)?;
+            conn.prepare_cached("UPDATE addresses SET email_policy = ?2 WHERE id = ?1")
+                .map_err(sql_err)?
+                .execute(params![id, stored])
+                .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// One `UPDATE` adding 1 to the live address's count (writes are serialised).
+    async fn count_email_refusal(&self, id: &str, now: Millis) -> StoreResult<()> {
+        let id = id.to_owned();
+        self.write(move |conn| {
+            live_address(conn, &id, now)?;
+            conn.prepare_cached(
+                "UPDATE addresses SET email_refused = email_refused + 1 WHERE id = ?1",
+            )
+            .map_err(sql_err)?
+            .execute([id])
+            .map_err(sql_err)?;
             Ok(())
         })
         .await

@@ -3,6 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Millis};
 use crate::store::{AddressRecord, Event, StoreError, StoreResult};
@@ -32,7 +33,7 @@ pub(crate) fn i(v: u64) -> i64 {
 pub(crate) const ADDRESS_COLUMNS: &str =
     "id, name, task_id, email, created_at, expires_at, deleted_at, \
      token_hash, inbox_hash, last_seq, state_keys, state_bytes, next_request_expiry, \
-     verification, hook_types, next_timer_at";
+     verification, hook_types, next_timer_at, email_policy, email_refused";
 
 pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressRecord> {
     Ok(AddressRecord {
@@ -60,6 +61,17 @@ pub(crate) fn address_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AddressReco
                 )
             })?),
         },
+        email_policy: match r.get::<_, Option<String>>(16)? {
+            None => None,
+            Some(stored) => Some(EmailPolicy::from_stored(&stored).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    16,
+                    rusqlite::types::Type::Text,
+                    "unreadable email policy".into(),
+                )
+            })?),
+        },
+        email_refused: u(r.get(17)?),
         hook_types: match r.get::<_, Option<String>>(14)? {
             None => Vec::new(),
             Some(stored) => serde_json::from_str(&stored).map_err(|e| {

@@ -247,6 +247,12 @@ CREATE INDEX timers_closed ON timers(address_id, closed_at) WHERE closed_at IS N
 CREATE INDEX timers_done ON timers(closed_at) WHERE closed_at IS NOT NULL;
 CREATE UNIQUE INDEX timers_by_key ON timers(address_id, key_hash) WHERE key_hash IS NOT NULL;
 "#,
+    // 11: an address's sender rules for inbound email (docs/API.md §10, "Sender rules"): the
+    // policy as JSON (`EmailPolicy::to_stored`), and how many messages they refused.
+    r#"
+ALTER TABLE addresses ADD COLUMN email_policy TEXT;
+ALTER TABLE addresses ADD COLUMN email_refused INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 pub(crate) fn migrate(conn: &mut Connection) -> StoreResult<()> {

@@ -109,6 +109,7 @@ mod file_specific {
             token_hash: ids::hash_secret("t"),
             inbox_hash: ids::hash_secret("i"),
             verification: None,
+            email_policy: None,
             hooks: Vec::new(),
         }
     }
@@ -158,7 +159,7 @@ mod file_specific {
         let version: i64 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .expect("user_version");
-        assert_eq!((mode.as_str(), version), ("wal", 10));
+        assert_eq!((mode.as_str(), version), ("wal", 11));
     }
 
     /// The schema of a database file written before migration 2 (the email key), as migration
@@ -274,7 +275,7 @@ CREATE INDEX idempotency_expiry ON idempotency(expires_at);
         let version: i64 = rusqlite::Connection::open(&path)
             .and_then(|c| c.query_row("PRAGMA user_version", [], |r| r.get(0)))
             .expect("user_version");
-        assert_eq!(version, 10);
+        assert_eq!(version, 11);
     }
 
     #[tokio::test]

@@ -1,5 +1,5 @@
-//! The address itself (docs/API.md §1–§3, §15): create, inspect, delete, and its webhook
-//! verification.
+//! The address itself (docs/API.md §1–§3, §10, §15): create, inspect, delete, its webhook
+//! verification and its inbound email's sender rules.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -7,6 +7,7 @@ use axum::response::IntoResponse;
 use http::request::Parts;
 use http::{HeaderMap, StatusCode};
 
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::ids;
 use crate::domain::time::format_rfc3339;
 use crate::domain::verification::VerificationConfig;
@@ -82,6 +83,7 @@ pub async fn create_address(
         task_id,
         expires_in_seconds: expires_in,
         verification,
+        email_policy,
         hooks,
     } = body.value;
     // Each hook's URL checked before anything is stored (docs/API.md §19).
@@ -104,6 +106,7 @@ pub async fn create_address(
             token_hash: ids::hash_secret(&read_token),
             inbox_hash: ids::hash_secret(&inbox_secret),
             verification: verification.clone(),
+            email_policy: email_policy.clone(),
             hooks: hooks.clone(),
         };
         match state.store.create_address(new.clone()).await {
@@ -126,6 +129,7 @@ pub async fn create_address(
         created_at: format_rfc3339(now),
         expires_at: new.expires_at.map(format_rfc3339),
         verification: new.verification.as_ref().map(VerificationConfig::view),
+        email_policy: new.email_policy.as_ref().map(EmailPolicy::view),
     };
     tracing::info!(address_id = %id, "address created");
     Ok(json_response(
@@ -179,6 +183,9 @@ pub async fn inspect_address(
                 events_url: format!("{root}/events"),
                 state_url: format!("{root}/state"),
                 ws_url: state.ws.as_ref().map(|ws| ws.url(&base)),
+            },
+            email: EmailStatsView {
+                refused_count: address.email_refused,
             },
         },
     ))
@@ -265,5 +272,70 @@ pub async fn delete_verification(
 ) -> ApiResult {
     state.store.set_verification(&address_id, None, now).await?;
     tracing::info!(%address_id, "verification removed");
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+impl JsonRequest for EmailPolicyRequest {
+    /// The largest `PUT {root}/email/policy` body read: 100 patterns of 254 characters fit.
+    fn limit(_: &AppState) -> u64 {
+        64 * 1024
+    }
+}
+
+impl ParseBody for EmailPolicyRequest {
+    fn parse_body(body: &[u8]) -> Result<Self, ApiError> {
+        EmailPolicyRequest::parse(body).map(EmailPolicyRequest)
+    }
+}
+
+#[utoipa::path(
+    put, path = "/api/v1/addresses/{address_id}/email/policy", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    request_body(content = EmailPolicyRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Set, replacing any earlier rules: the next message is judged by them", body = EmailPolicyResult),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 410, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody),
+    )
+)]
+pub async fn set_email_policy(
+    State(state): State<AppState>, Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+    JsonBody {
+        value: EmailPolicyRequest(policy),
+        ..
+    }: JsonBody<EmailPolicyRequest>,
+) -> ApiResult {
+    let view = policy.view();
+    state
+        .store
+        .set_email_policy(&address_id, Some(policy), now)
+        .await?;
+    tracing::info!(%address_id, "email policy set");
+    Ok(json_response(
+        StatusCode::OK,
+        &EmailPolicyResult { email_policy: view },
+    ))
+}
+
+#[utoipa::path(
+    delete, path = "/api/v1/addresses/{address_id}/email/policy", tag = "addresses",
+    params(("address_id" = String, Path)),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Removed (also when none was set): mail from any sender is accepted"),
+        (status = 401, body = ErrorBody), (status = 410, body = ErrorBody),
+    )
+)]
+pub async fn delete_email_policy(
+    State(state): State<AppState>, Authenticated {
+        address_id, now, ..
+    }: Authenticated,
+) -> ApiResult {
+    state.store.set_email_policy(&address_id, None, now).await?;
+    tracing::info!(%address_id, "email policy removed");
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -372,7 +372,7 @@ pub(super) fn verification_object(nullable: bool) -> Object {
             "scheme",
             ObjectBuilder::new()
                 .schema_type(SchemaType::Type(Type::String))
-                .enum_values(Some(["standard-webhooks", "stripe", "github"]))
+                .enum_values(Some(Scheme::ALL.map(Scheme::as_str)))
                 .description(Some("The provider's signing convention.")),
         )
         .required("scheme")
@@ -384,8 +384,9 @@ pub(super) fn verification_object(nullable: bool) -> Object {
                 .max_length(Some(1024))
                 .description(Some(
                     "The signing secret: standard-webhooks `whsec_` + base64 of 24-64 bytes; \
-                     stripe `whsec_` + 8-250 letters, digits or `_`; github any 1-1024 bytes \
-                     without control characters. Never returned.",
+                     stripe `whsec_` + 8-250 letters, digits or `_`; github, slack, zoom, \
+                     shopify, meta (the app secret), twilio (the auth token) and linear any \
+                     1-1024 bytes without control characters. Never returned.",
                 )),
         )
         .required("secret")
@@ -399,6 +400,18 @@ pub(super) fn verification_object(nullable: bool) -> Object {
                 )),
         )
         .property(
+            "verify_token",
+            ObjectBuilder::new()
+                .schema_type(typed(Type::String, true))
+                .min_length(Some(1))
+                .max_length(Some(VERIFY_TOKEN_MAX_BYTES))
+                .description(Some(
+                    "Scheme meta only, and required for it: the token Meta's subscription \
+                     handshake (GET on the inbox URL) must present (docs/API.md §22). Never \
+                     returned.",
+                )),
+        )
+        .property(
             "tolerance_seconds",
             integer(
                 true,
@@ -406,7 +419,8 @@ pub(super) fn verification_object(nullable: bool) -> Object {
                 TOLERANCE_MAX_SECONDS,
                 &format!(
                     "How far a signed timestamp may be from the server's clock; default \
-                     {TOLERANCE_DEFAULT_SECONDS} (github signs no timestamp)."
+                     {TOLERANCE_DEFAULT_SECONDS} (github, shopify, meta and twilio sign no \
+                     timestamp)."
                 ),
             ),
         )

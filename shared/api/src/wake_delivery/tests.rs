@@ -109,6 +109,7 @@ impl World {
                 token_hash: ids::hash_secret("token"),
                 inbox_hash: ids::hash_secret("inbox"),
                 verification: None,
+                email_policy: None,
                 hooks: vec![hook.clone()],
             })
             .await

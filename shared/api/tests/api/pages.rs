@@ -120,7 +120,7 @@ async fn llms_full_is_skill_md_then_every_operation_of_openapi() {
             operations += 1;
         }
     }
-    assert_eq!(operations, 47);
+    assert_eq!(operations, 50);
     for schema in doc.json["components"]["schemas"]
         .as_object()
         .expect("schemas")

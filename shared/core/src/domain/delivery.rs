@@ -29,20 +29,29 @@ pub struct Claim {
 
 /// Receives a delivery of `body` (the exact bytes received) with `headers` (name, value as
 /// received), at an address verifying with `verification` (or none), with the
-/// `Idempotency-Key` `key` (already checked: docs/API.md §3), at `now`.
+/// `Idempotency-Key` `key` (already checked: docs/API.md §3), sent to `url` (the address's
+/// public inbox URL with the query as received: what Twilio signs), at `now`.
 ///
 /// `Err` names why an address that refuses unverified deliveries refuses this one (401
 /// `signature_invalid`, docs/API.md §15). A verified delivery without its own key is keyed by
 /// the provider's delivery id, so that a provider's redelivery is a duplicate.
 pub fn receive(
     headers: &[(&str, &[u8])], body: &[u8], verification: Option<&VerificationConfig>,
-    key: Option<Vec<u8>>, now: Millis,
+    key: Option<Vec<u8>>, url: Option<&str>, now: Millis,
 ) -> Result<Delivery, Reason> {
     // On the exact bytes received, before anything else reads them.
     let checked = verification.map(|config| {
         (
             config.reject_unverified,
-            verification::verify(config, headers, body, now),
+            verification::verify_signed(
+                config,
+                &verification::Signed {
+                    headers,
+                    body,
+                    url,
+                    now,
+                },
+            ),
         )
     });
     if let Some((true, v)) = &checked {
@@ -101,7 +110,7 @@ mod tests {
             ("user-agent", b"curl"),
         ];
         let body = br#"{"type":"x","data":1}"#;
-        let d = receive(headers, body, None, None, 0).expect("accepted");
+        let d = receive(headers, body, None, None, None, 0).expect("accepted");
         assert_eq!(
             d.envelope,
             envelope::from_delivery(
@@ -111,7 +120,7 @@ mod tests {
             )
         );
         assert_eq!(d.claim, None);
-        let d = receive(headers, body, None, Some(b"k".to_vec()), 0).expect("accepted");
+        let d = receive(headers, body, None, Some(b"k".to_vec()), None, 0).expect("accepted");
         assert_eq!(
             d.claim,
             Some(Claim {
@@ -125,10 +134,10 @@ mod tests {
     fn an_unverified_delivery_is_refused_or_recorded_as_such() {
         let headers: &[(&str, &[u8])] = &[("x-github-delivery", b"d-1")];
         assert_eq!(
-            receive(headers, b"{}", Some(&config(true)), None, 0),
+            receive(headers, b"{}", Some(&config(true)), None, None, 0),
             Err(Reason::MissingSignature)
         );
-        let d = receive(headers, b"{}", Some(&config(false)), None, 0).expect("recorded");
+        let d = receive(headers, b"{}", Some(&config(false)), None, None, 0).expect("recorded");
         assert_eq!(
             http(&d)["verification"],
             json!({"scheme": "github", "verified": false, "reason": "missing_signature"})
@@ -146,13 +155,21 @@ mod tests {
             .iter()
             .map(|(name, v)| (*name, v.as_bytes()))
             .collect();
-        let d = receive(&headers, body, Some(&config), None, 0).expect("verified");
+        let d = receive(&headers, body, Some(&config), None, None, 0).expect("verified");
         assert_eq!(
             http(&d)["verification"],
             json!({"scheme": "github", "verified": true})
         );
         assert_eq!(d.claim.map(|c| c.key_hash), Some(ids::sha256_hex(b"d-1")));
-        let d = receive(&headers, body, Some(&config), Some(b"own".to_vec()), 0).expect("verified");
+        let d = receive(
+            &headers,
+            body,
+            Some(&config),
+            Some(b"own".to_vec()),
+            None,
+            0,
+        )
+        .expect("verified");
         assert_eq!(d.claim.map(|c| c.key_hash), Some(ids::sha256_hex(b"own")));
     }
 }

@@ -14,18 +14,47 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use serde_json::{json, Map, Value};
 
-use super::verification::Verification;
+use super::verification::{self, Verification};
 
-/// Headers recorded with an HTTP event, to verify webhook signatures later.
+/// Headers recorded with an HTTP event, to verify webhook signatures later: `user-agent` and
+/// every verification scheme's headers (docs/API.md §3; verification/tests.rs checks that the
+/// list holds each scheme's).
 pub const RECORDED_HEADERS: &[&str] = &[
     "user-agent",
+    // GitHub (and Meta's signature header)
     "x-github-event",
     "x-github-delivery",
     "x-hub-signature-256",
+    // Stripe
     "stripe-signature",
+    // Standard Webhooks
     "webhook-id",
     "webhook-timestamp",
     "webhook-signature",
+    // Slack
+    "x-slack-signature",
+    "x-slack-request-timestamp",
+    "x-slack-retry-num",
+    "x-slack-retry-reason",
+    // Zoom
+    "x-zm-signature",
+    "x-zm-request-timestamp",
+    "x-zm-trackingid",
+    // Shopify
+    "x-shopify-hmac-sha256",
+    "x-shopify-topic",
+    "x-shopify-webhook-id",
+    "x-shopify-event-id",
+    "x-shopify-shop-domain",
+    "x-shopify-api-version",
+    "x-shopify-triggered-at",
+    // Twilio
+    "x-twilio-signature",
+    "i-twilio-idempotency-token",
+    // Linear
+    "linear-signature",
+    "linear-delivery",
+    "linear-event",
 ];
 
 pub const DEFAULT_TYPE: &str = "http.request";
@@ -80,8 +109,9 @@ pub fn from_verified_delivery<'a>(
     content_type: Option<&str>, headers: impl IntoIterator<Item = (&'a str, &'a str)>, body: &[u8],
     verification: Option<&Verification>,
 ) -> Envelope {
+    let headers: Vec<(&str, &str)> = headers.into_iter().collect();
     let mut recorded: Map<String, Value> = Map::new();
-    for (name, value) in headers {
+    for (name, value) in headers.iter().copied() {
         let name = name.to_ascii_lowercase();
         if !RECORDED_HEADERS.contains(&name.as_str()) {
             continue;
@@ -109,9 +139,20 @@ pub fn from_verified_delivery<'a>(
         _ => lossless_json(body),
     };
     let (event_type, source, data) = match json_body {
+        // A provider's delivery (not an envelope) is named by its provider (docs/API.md §3).
+        Some(Value::Object(obj)) if !is_envelope(&obj) => {
+            match verification::provider_event_type(&headers, Some(&obj)) {
+                Some(named) => (named, None, Value::Object(obj)),
+                None => envelope_of_object(obj),
+            }
+        }
         Some(Value::Object(obj)) => envelope_of_object(obj),
-        Some(other) => (DEFAULT_TYPE.to_owned(), None, other),
-        None => (DEFAULT_TYPE.to_owned(), None, raw_body(content_type, body)),
+        Some(other) => (provider_or_default(&headers), None, other),
+        None => (
+            provider_or_default(&headers),
+            None,
+            raw_body(content_type, body),
+        ),
     };
     Envelope {
         event_type,
@@ -213,6 +254,21 @@ impl<'a> Iterator for Lexer<'a> {
 /// Bytes that continue a number or a literal (`-1.5e+3`, `true`).
 fn is_scalar_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')
+}
+
+/// An envelope in the strict sense: a string `type` and no keys but `type`, `source`, `data`.
+/// Its type is the sender's own and no provider renames it.
+fn is_envelope(obj: &Map<String, Value>) -> bool {
+    obj.get("type").is_some_and(Value::is_string)
+        && obj
+            .keys()
+            .all(|k| matches!(k.as_str(), "type" | "source" | "data"))
+}
+
+/// A body that is no JSON object: named by the provider's header (GitHub, Shopify), else
+/// [`DEFAULT_TYPE`].
+fn provider_or_default(headers: &[(&str, &str)]) -> String {
+    verification::provider_event_type(headers, None).unwrap_or_else(|| DEFAULT_TYPE.to_owned())
 }
 
 fn envelope_of_object(mut obj: Map<String, Value>) -> (String, Option<String>, Value) {

@@ -1,8 +1,10 @@
-//! The domain: ids, secrets, time, limits, validation and the inbox envelope rule.
+//! The domain: ids, secrets, time, limits, validation, the inbox envelope rule and email sender
+//! rules.
 //! Pure code with no I/O, so every deployment applies exactly the same rules.
 
 pub mod client;
 pub mod delivery;
+pub mod email_policy;
 pub mod envelope;
 pub mod hooks;
 pub mod ids;

@@ -1,6 +1,12 @@
 //! Verified webhooks (docs/API.md §15): an address may hold one signing secret of a webhook
 //! provider's scheme, and every delivery to its inbox is checked against it on the exact bytes
-//! received. Pure code: parsing and validating the configuration, and [`verify`].
+//! received. Pure code: parsing and validating the configuration, [`verify`], the providers'
+//! handshakes on the inbox URL ([`handshake`], §22) and the event types they name
+//! ([`provider_event_type`], §3).
+//!
+//! Each provider is one file of this module: its headers, its signature rule, its handshake,
+//! its implicit idempotency key and its type naming, with the provider's published example as
+//! its test (verification/tests.rs).
 //!
 //! Every parser here is bounded (header length, number of signatures), every comparison of a
 //! signature is constant-time (`hmac`'s `verify_slice`), and the secret is never shown: its
@@ -8,11 +14,9 @@
 
 use std::fmt;
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
 use hmac::{Hmac, Mac};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use sha2::Sha256;
 
 use super::{Invalid, Millis};
@@ -31,8 +35,11 @@ pub const STANDARD_KEY_MAX_BYTES: usize = 64;
 /// A Stripe secret: `whsec_` and 8 to 250 ASCII letters, digits and `_`.
 pub const STRIPE_SUFFIX_MIN_CHARS: usize = 8;
 pub const STRIPE_SUFFIX_MAX_CHARS: usize = 250;
-/// A GitHub secret: 1 to 1024 bytes of UTF-8 without control characters.
+/// A GitHub, Slack, Zoom, Shopify, Meta, Twilio or Linear secret: 1 to 1024 bytes of UTF-8
+/// without control characters.
 pub const GITHUB_SECRET_MAX_BYTES: usize = 1024;
+/// Meta's `verify_token`: 1 to 256 bytes of UTF-8 without control characters.
+pub const VERIFY_TOKEN_MAX_BYTES: usize = 256;
 /// The longest signature header read (the signature, timestamp and id headers alike); a longer
 /// one is a `bad_signature`.
 pub const MAX_HEADER_BYTES: usize = 4096;
@@ -40,7 +47,22 @@ pub const MAX_HEADER_BYTES: usize = 4096;
 /// Stripe's `v1=…` entries); more is a `bad_signature`.
 pub const MAX_SIGNATURES: usize = 16;
 
-/// The webhook provider conventions the service verifies.
+mod github;
+mod handshake;
+mod linear;
+mod meta;
+mod shopify;
+mod slack;
+mod standard;
+mod stripe;
+mod twilio;
+mod zoom;
+
+pub use handshake::{
+    handshake, meta_subscription, Handshake, HandshakeRefusal, MAX_CHALLENGE_CHARS,
+};
+
+/// The webhook provider conventions the service verifies (docs/API.md §15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Scheme {
     /// <https://www.standardwebhooks.com/>: `webhook-id`, `webhook-timestamp`,
@@ -50,16 +72,45 @@ pub enum Scheme {
     Stripe,
     /// `X-Hub-Signature-256: sha256=<hex>` over the body.
     Github,
+    /// `X-Slack-Signature: v0=<hex>` over `v0:{ts}:{body}`.
+    Slack,
+    /// `x-zm-signature: v0=<hex>` over `v0:{ts}:{body}`.
+    Zoom,
+    /// `X-Shopify-Hmac-Sha256: <base64>` over the body.
+    Shopify,
+    /// `X-Hub-Signature-256: sha256=<hex>` over the body with the app secret, and a
+    /// `verify_token` for the subscription handshake.
+    Meta,
+    /// `X-Twilio-Signature: <base64 HMAC-SHA1>` over the URL and the sorted form parameters.
+    Twilio,
+    /// `Linear-Signature: <hex>` over the body, whose `webhookTimestamp` is checked.
+    Linear,
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 3] = [Scheme::StandardWebhooks, Scheme::Stripe, Scheme::Github];
+    pub const ALL: [Scheme; 9] = [
+        Scheme::StandardWebhooks,
+        Scheme::Stripe,
+        Scheme::Github,
+        Scheme::Slack,
+        Scheme::Zoom,
+        Scheme::Shopify,
+        Scheme::Meta,
+        Scheme::Twilio,
+        Scheme::Linear,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Scheme::StandardWebhooks => "standard-webhooks",
             Scheme::Stripe => "stripe",
             Scheme::Github => "github",
+            Scheme::Slack => "slack",
+            Scheme::Zoom => "zoom",
+            Scheme::Shopify => "shopify",
+            Scheme::Meta => "meta",
+            Scheme::Twilio => "twilio",
+            Scheme::Linear => "linear",
         }
     }
 
@@ -67,10 +118,39 @@ impl Scheme {
         Self::ALL.into_iter().find(|x| x.as_str() == s)
     }
 
-    /// Whether the scheme signs a timestamp (so `tolerance_seconds` applies): GitHub does not.
+    /// Whether the scheme signs a timestamp (so `tolerance_seconds` applies): GitHub, Shopify,
+    /// Meta and Twilio do not.
     pub fn has_timestamp(self) -> bool {
-        !matches!(self, Scheme::Github)
+        !matches!(
+            self,
+            Scheme::Github | Scheme::Shopify | Scheme::Meta | Scheme::Twilio
+        )
     }
+
+    /// The headers of the scheme, recorded with every delivery (docs/API.md §3: the envelope's
+    /// `RECORDED_HEADERS` holds them all).
+    pub fn headers(self) -> &'static [&'static str] {
+        match self {
+            Scheme::StandardWebhooks => standard::HEADERS,
+            Scheme::Stripe => stripe::HEADERS,
+            Scheme::Github => github::HEADERS,
+            Scheme::Slack => slack::HEADERS,
+            Scheme::Zoom => zoom::HEADERS,
+            Scheme::Shopify => shopify::HEADERS,
+            Scheme::Meta => meta::HEADERS,
+            Scheme::Twilio => twilio::HEADERS,
+            Scheme::Linear => linear::HEADERS,
+        }
+    }
+}
+
+/// The list of every scheme's name, for messages.
+fn scheme_names() -> String {
+    let names: Vec<String> = Scheme::ALL
+        .iter()
+        .map(|s| format!("\"{}\"", s.as_str()))
+        .collect();
+    names.join(", ")
 }
 
 impl Serialize for Scheme {
@@ -106,17 +186,21 @@ pub struct VerificationConfig {
     /// Refuse an unverified delivery (401 `signature_invalid`) instead of recording it.
     pub reject_unverified: bool,
     pub tolerance_seconds: u64,
+    /// `meta` only: the token Meta's subscription handshake must present (docs/API.md §22).
+    pub verify_token: Option<SigningSecret>,
 }
 
-/// The public view of a [`VerificationConfig`] (`GET {root}`): everything but the secret.
+/// The public view of a [`VerificationConfig`] (`GET {root}`): everything but the secret (and
+/// Meta's verify token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct VerificationView {
-    /// `standard-webhooks`, `stripe` or `github`.
+    /// `standard-webhooks`, `stripe`, `github`, `slack`, `zoom`, `shopify`, `meta`, `twilio`
+    /// or `linear`.
     #[schema(value_type = String, example = "standard-webhooks")]
     pub scheme: Scheme,
     pub reject_unverified: bool,
-    /// How far a signed timestamp may be from the server's clock. Absent for `github`, whose
-    /// signatures carry no timestamp (docs/API.md §15).
+    /// How far a signed timestamp may be from the server's clock. Absent for `github`,
+    /// `shopify`, `meta` and `twilio`, whose signatures carry no timestamp (docs/API.md §15).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tolerance_seconds: Option<u64>,
 }
@@ -127,10 +211,39 @@ impl VerificationConfig {
     pub fn new(
         scheme: &str, secret: &str, reject_unverified: Option<bool>, tolerance_seconds: Option<u64>,
     ) -> Result<Self, Invalid> {
-        let scheme = Scheme::parse(scheme).ok_or_else(|| {
-            Invalid::new("`scheme` must be \"standard-webhooks\", \"stripe\" or \"github\".")
-        })?;
-        check_secret(scheme, secret)?;
+        Self::with_token(scheme, secret, reject_unverified, tolerance_seconds, None)
+    }
+
+    /// [`VerificationConfig::new`] with Meta's `verify_token` (required for `meta`, refused for
+    /// the other schemes).
+    pub fn with_token(
+        scheme: &str, secret: &str, reject_unverified: Option<bool>,
+        tolerance_seconds: Option<u64>, verify_token: Option<&str>,
+    ) -> Result<Self, Invalid> {
+        let scheme = Scheme::parse(scheme)
+            .ok_or_else(|| Invalid::new(format!("`scheme` must be one of {}.", scheme_names())))?;
+        check_secret(scheme, secret).map_err(Invalid::new)?;
+        let verify_token = match (scheme, verify_token) {
+            (Scheme::Meta, Some(t)) if printable(t, VERIFY_TOKEN_MAX_BYTES) => {
+                Some(SigningSecret(t.to_owned()))
+            }
+            (Scheme::Meta, Some(_)) => {
+                return Err(Invalid::new(format!(
+                    "`verify_token` must be 1 to {VERIFY_TOKEN_MAX_BYTES} bytes without control characters."
+                )))
+            }
+            (Scheme::Meta, None) => {
+                return Err(Invalid::new(
+                    "The verification of scheme meta needs a `verify_token`: the token you give Meta for its subscription handshake.",
+                ))
+            }
+            (_, Some(_)) => {
+                return Err(Invalid::new(
+                    "`verify_token` is only for scheme meta.",
+                ))
+            }
+            (_, None) => None,
+        };
         let tolerance_seconds = tolerance_seconds.unwrap_or(TOLERANCE_DEFAULT_SECONDS);
         if !(TOLERANCE_MIN_SECONDS..=TOLERANCE_MAX_SECONDS).contains(&tolerance_seconds) {
             return Err(Invalid::new(format!(
@@ -142,12 +255,13 @@ impl VerificationConfig {
             secret: SigningSecret(secret.to_owned()),
             reject_unverified: reject_unverified.unwrap_or(false),
             tolerance_seconds,
+            verify_token,
         })
     }
 
     /// Parses the JSON object of the create body's `verification` and of `PUT
-    /// {root}/verification`: `{"scheme", "secret", "reject_unverified"?, "tolerance_seconds"?}`
-    /// (`null` for an optional field is absent; unknown fields are ignored).
+    /// {root}/verification`: `{"scheme", "secret", "reject_unverified"?, "tolerance_seconds"?,
+    /// "verify_token"?}` (`null` for an optional field is absent; unknown fields are ignored).
     pub fn from_json(value: &Value) -> Result<Self, Invalid> {
         let Some(object) = value.as_object() else {
             return Err(Invalid::new("The verification must be a JSON object."));
@@ -176,7 +290,12 @@ impl VerificationConfig {
                 ))
             })?),
         };
-        Self::new(scheme, secret, reject, tolerance)
+        let verify_token = match field("verify_token") {
+            Some(Value::String(s)) => Some(s.as_str()),
+            Some(_) => return Err(Invalid::new("`verify_token` must be a string.")),
+            None => None,
+        };
+        Self::with_token(scheme, secret, reject, tolerance, verify_token)
     }
 
     pub fn view(&self) -> VerificationView {
@@ -192,13 +311,16 @@ impl VerificationConfig {
 
     /// The stored form (secret included): compact JSON, the same in both stores.
     pub fn to_stored(&self) -> String {
-        json!({
+        let mut v = json!({
             "scheme": self.scheme.as_str(),
             "secret": self.secret.expose(),
             "reject_unverified": self.reject_unverified,
             "tolerance_seconds": self.tolerance_seconds,
-        })
-        .to_string()
+        });
+        if let (Some(t), Some(o)) = (&self.verify_token, v.as_object_mut()) {
+            o.insert("verify_token".into(), Value::String(t.expose().to_owned()));
+        }
+        v.to_string()
     }
 
     /// Reads [`VerificationConfig::to_stored`]'s form back (`None` when it does not parse: a
@@ -218,52 +340,21 @@ fn integral(v: &Value) -> Option<u64> {
     (f.fract() == 0.0 && (0.0..=u64::MAX as f64).contains(&f)).then_some(f as u64)
 }
 
-fn check_secret(scheme: Scheme, secret: &str) -> Result<(), Invalid> {
-    match scheme {
-        Scheme::StandardWebhooks => standard_key(secret).map(|_| ()).ok_or_else(|| {
-            Invalid::new(format!(
-                "`secret` for standard-webhooks must be `whsec_` followed by the base64 of {STANDARD_KEY_MIN_BYTES} to {STANDARD_KEY_MAX_BYTES} bytes."
-            ))
-        }),
-        Scheme::Stripe => {
-            let ok = secret.strip_prefix("whsec_").is_some_and(|rest| {
-                (STRIPE_SUFFIX_MIN_CHARS..=STRIPE_SUFFIX_MAX_CHARS).contains(&rest.len())
-                    && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            });
-            if ok {
-                Ok(())
-            } else {
-                Err(Invalid::new(format!(
-                    "`secret` for stripe must be `whsec_` followed by {STRIPE_SUFFIX_MIN_CHARS} to {STRIPE_SUFFIX_MAX_CHARS} ASCII letters, digits and `_` (the endpoint's signing secret)."
-                )))
-            }
-        }
-        Scheme::Github => {
-            if secret.is_empty()
-                || secret.len() > GITHUB_SECRET_MAX_BYTES
-                || secret.chars().any(char::is_control)
-            {
-                Err(Invalid::new(format!(
-                    "`secret` for github must be 1 to {GITHUB_SECRET_MAX_BYTES} bytes without control characters."
-                )))
-            } else {
-                Ok(())
-            }
-        }
-    }
+/// 1 to `max` bytes without control characters.
+fn printable(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && !s.chars().any(char::is_control)
 }
 
-/// The Standard Webhooks MAC of a message: HMAC-SHA256 keyed by the secret's key over
-/// `{id}.{timestamp}.{body}` — the one rule both directions use (a delivery verified here, a
-/// wake signed by a hook, docs/API.md §14 and §19). `None`: not a Standard Webhooks secret.
-fn standard_mac(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> Option<HmacSha256> {
-    let mut m = mac(&standard_key(secret)?);
-    m.update(id.as_bytes());
-    m.update(b".");
-    m.update(timestamp.as_bytes());
-    m.update(b".");
-    m.update(body);
-    Some(m)
+fn check_secret(scheme: Scheme, secret: &str) -> Result<(), String> {
+    match scheme {
+        Scheme::StandardWebhooks => standard::check_secret(secret),
+        Scheme::Stripe => stripe::check_secret(secret),
+        _ if printable(secret, GITHUB_SECRET_MAX_BYTES) => Ok(()),
+        _ => Err(format!(
+            "`secret` for {} must be 1 to {GITHUB_SECRET_MAX_BYTES} bytes without control characters.",
+            scheme.as_str()
+        )),
+    }
 }
 
 /// The headers a Standard Webhooks sender adds to `body` (message `id`, `timestamp` in Unix
@@ -272,30 +363,11 @@ fn standard_mac(secret: &str, id: &str, timestamp: &str, body: &[u8]) -> Option<
 pub fn standard_webhooks_headers(
     secret: &str, id: &str, timestamp: i64, body: &[u8],
 ) -> Vec<(&'static str, String)> {
-    let Some(m) = standard_mac(secret, id, &timestamp.to_string(), body) else {
-        return Vec::new();
-    };
-    let sig = STANDARD.encode(m.finalize().into_bytes());
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", timestamp.to_string()),
-        ("webhook-signature", format!("v1,{sig}")),
-    ]
-}
-
-/// The HMAC key of a Standard Webhooks secret: the base64 after `whsec_`.
-fn standard_key(secret: &str) -> Option<Vec<u8>> {
-    let encoded = secret.strip_prefix("whsec_")?;
-    if encoded.len() > 4 * STANDARD_KEY_MAX_BYTES {
-        return None;
-    }
-    let key = STANDARD.decode(encoded).ok()?;
-    (STANDARD_KEY_MIN_BYTES..=STANDARD_KEY_MAX_BYTES)
-        .contains(&key.len())
-        .then_some(key)
+    standard::sign(secret, id, timestamp, body)
 }
 
 /// Why a delivery did not verify.
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
     /// A header the scheme needs is absent.
@@ -388,15 +460,47 @@ fn mac(key: &[u8]) -> HmacSha256 {
     }
 }
 
+/// A delivery as received, for [`verify_signed`].
+#[derive(Debug, Clone, Copy)]
+pub struct Signed<'a> {
+    /// (name, value) as received.
+    pub headers: &'a [(&'a str, &'a [u8])],
+    /// The exact bytes received.
+    pub body: &'a [u8],
+    /// The URL the sender was given, with the query as received: the address's public inbox
+    /// URL. Only `twilio` signs it; without it, a Twilio signature never verifies.
+    pub url: Option<&'a str>,
+    pub now: Millis,
+}
+
 /// Verifies a delivery of `body` (the exact bytes received) with `headers` (name, value as
-/// received) against `config`, at `now`.
+/// received) against `config`, at `now`, without its URL (see [`verify_signed`]).
 pub fn verify(
     config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
 ) -> Verification {
+    verify_signed(
+        config,
+        &Signed {
+            headers,
+            body,
+            url: None,
+            now,
+        },
+    )
+}
+
+/// Verifies a delivery against `config`.
+pub fn verify_signed(config: &VerificationConfig, d: &Signed<'_>) -> Verification {
     let result = match config.scheme {
-        Scheme::StandardWebhooks => verify_standard(config, headers, body, now),
-        Scheme::Stripe => verify_stripe(config, headers, body, now),
-        Scheme::Github => verify_github(config, headers, body),
+        Scheme::StandardWebhooks => standard::verify(config, d),
+        Scheme::Stripe => stripe::verify(config, d),
+        Scheme::Github => github::verify(config, d),
+        Scheme::Slack => slack::verify(config, d),
+        Scheme::Zoom => zoom::verify(config, d),
+        Scheme::Shopify => shopify::verify(config, d),
+        Scheme::Meta => meta::verify(config, d),
+        Scheme::Twilio => twilio::verify(config, d),
+        Scheme::Linear => linear::verify(config, d),
     };
     match result {
         Ok(delivery_id) => Verification {
@@ -414,125 +518,149 @@ pub fn verify(
 
 type Checked = Result<Option<String>, Reason>;
 
-fn verify_standard(
-    config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
-) -> Checked {
-    let id = one_header(headers, "webhook-id")?;
-    let timestamp = one_header(headers, "webhook-timestamp")?;
-    let signatures = one_header(headers, "webhook-signature")?;
-    let t = unix_seconds(timestamp)?;
-    let base =
-        standard_mac(config.secret.expose(), id, timestamp, body).ok_or(Reason::BadSignature)?;
-    let entries: Vec<&str> = signatures.split(' ').filter(|s| !s.is_empty()).collect();
-    if entries.len() > MAX_SIGNATURES {
-        return Err(Reason::BadSignature);
-    }
-    // Any `v1,` signature that matches verifies; other versions (`v1a,` asymmetric) are not ours.
-    let matched = entries
-        .iter()
-        .filter_map(|e| e.strip_prefix("v1,"))
-        .filter_map(|b64| STANDARD.decode(b64).ok())
-        .any(|sig| base.clone().verify_slice(&sig).is_ok());
-    if !matched {
-        return Err(Reason::BadSignature);
-    }
-    if !within(t, config.tolerance_seconds, now) {
-        return Err(Reason::TimestampOutOfTolerance);
-    }
-    Ok(as_key(id))
+/// The hex HMAC-SHA256 of `body` keyed by `secret`.
+fn body_mac(secret: &str, body: &[u8]) -> String {
+    let mut m = mac(secret.as_bytes());
+    m.update(body);
+    hex::encode(m.finalize().into_bytes())
 }
 
-fn verify_stripe(
-    config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8], now: Millis,
-) -> Checked {
-    let header = one_header(headers, "stripe-signature")?;
-    let mut timestamp = None;
-    let mut signatures = Vec::new();
-    for item in header.split(',') {
-        let Some((k, v)) = item.split_once('=') else {
-            return Err(Reason::BadSignature);
-        };
-        match k.trim() {
-            "t" if timestamp.is_none() => timestamp = Some(v.trim()),
-            "t" => return Err(Reason::BadSignature),
-            "v1" => {
-                signatures.push(v.trim());
-                if signatures.len() > MAX_SIGNATURES {
-                    return Err(Reason::BadSignature);
-                }
-            }
-            // `v0` (test mode's old scheme) and anything Stripe adds later.
-            _ => {}
-        }
-    }
-    let timestamp = timestamp.ok_or(Reason::BadSignature)?;
-    let t = unix_seconds(timestamp)?;
-    if signatures.is_empty() {
-        return Err(Reason::BadSignature);
-    }
-    let mut base = mac(config.secret.expose().as_bytes());
-    base.update(timestamp.as_bytes());
-    base.update(b".");
-    base.update(body);
-    let matched = signatures
-        .iter()
-        .filter_map(|h| hex::decode(h).ok())
-        .any(|sig| base.clone().verify_slice(&sig).is_ok());
-    if !matched {
-        return Err(Reason::BadSignature);
-    }
-    if !within(t, config.tolerance_seconds, now) {
-        return Err(Reason::TimestampOutOfTolerance);
-    }
-    // The delivery id is the event's `id`: Stripe sends the same event again with the same id.
-    let id = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|v| v.get("id").and_then(Value::as_str).and_then(as_key));
-    Ok(id)
-}
-
-fn verify_github(config: &VerificationConfig, headers: &[(&str, &[u8])], body: &[u8]) -> Checked {
-    let header = one_header(headers, "x-hub-signature-256")?;
+/// Checks header `name`, `prefix` then the hex HMAC-SHA256 of the body (GitHub, Meta, Linear).
+fn hex_signature(
+    config: &VerificationConfig, d: &Signed<'_>, name: &str, prefix: &str,
+) -> Result<(), Reason> {
+    let header = one_header(d.headers, name)?;
     let sig = header
-        .strip_prefix("sha256=")
+        .strip_prefix(prefix)
         .and_then(|h| hex::decode(h).ok())
         .ok_or(Reason::BadSignature)?;
     let mut m = mac(config.secret.expose().as_bytes());
-    m.update(body);
-    m.verify_slice(&sig).map_err(|_| Reason::BadSignature)?;
-    // `X-GitHub-Delivery` is not signed, but is trusted only once the body verified.
-    let id = match one_header(headers, "x-github-delivery") {
-        Ok(id) => as_key(id),
-        Err(_) => None,
-    };
-    Ok(id)
+    m.update(d.body);
+    m.verify_slice(&sig).map_err(|_| Reason::BadSignature)
+}
+
+/// Slack's and Zoom's rule: `v0=<hex>` HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp
+/// in Unix seconds in a header of its own.
+mod timed_hex {
+    use super::*;
+
+    fn base(secret: &str, timestamp: &str, body: &[u8]) -> HmacSha256 {
+        let mut m = mac(secret.as_bytes());
+        m.update(b"v0:");
+        m.update(timestamp.as_bytes());
+        m.update(b":");
+        m.update(body);
+        m
+    }
+
+    pub(super) fn verify(
+        config: &VerificationConfig, d: &Signed<'_>, signature: &str, timestamp: &str,
+    ) -> Result<(), Reason> {
+        let sig = one_header(d.headers, signature)?;
+        let ts = one_header(d.headers, timestamp)?;
+        let t = unix_seconds(ts)?;
+        let sig = sig
+            .strip_prefix("v0=")
+            .and_then(|h| hex::decode(h).ok())
+            .ok_or(Reason::BadSignature)?;
+        base(config.secret.expose(), ts, d.body)
+            .verify_slice(&sig)
+            .map_err(|_| Reason::BadSignature)?;
+        if !within(t, config.tolerance_seconds, d.now) {
+            return Err(Reason::TimestampOutOfTolerance);
+        }
+        Ok(())
+    }
+
+    pub(super) fn sign(
+        secret: &str, timestamp: i64, body: &[u8], signature: &'static str,
+        timestamp_header: &'static str,
+    ) -> Vec<(&'static str, String)> {
+        let ts = timestamp.to_string();
+        let sig = hex::encode(base(secret, &ts, body).finalize().into_bytes());
+        vec![(signature, format!("v0={sig}")), (timestamp_header, ts)]
+    }
 }
 
 /// Signs like the providers do, for tests and tools: the header(s) a provider would send for
-/// `body` at `timestamp` (Unix seconds) with `id` as its delivery id.
+/// `body` at `timestamp` (Unix seconds) with `id` as its delivery id. A Twilio signature needs
+/// the URL: see [`sign_for_url`].
 pub fn sign(
     config: &VerificationConfig, id: &str, timestamp: i64, body: &[u8],
 ) -> Vec<(&'static str, String)> {
+    sign_for_url(config, id, timestamp, body, "")
+}
+
+/// [`sign`] for a delivery to `url` (what Twilio signs; the other schemes ignore it).
+pub fn sign_for_url(
+    config: &VerificationConfig, id: &str, timestamp: i64, body: &[u8], url: &str,
+) -> Vec<(&'static str, String)> {
     let secret = config.secret.expose();
     match config.scheme {
-        Scheme::StandardWebhooks => standard_webhooks_headers(secret, id, timestamp, body),
-        Scheme::Stripe => {
-            let mut m = mac(secret.as_bytes());
-            m.update(format!("{timestamp}.").as_bytes());
-            m.update(body);
-            let sig = hex::encode(m.finalize().into_bytes());
-            vec![("stripe-signature", format!("t={timestamp},v1={sig}"))]
-        }
-        Scheme::Github => {
-            let mut m = mac(secret.as_bytes());
-            m.update(body);
-            let sig = hex::encode(m.finalize().into_bytes());
-            vec![
-                ("x-hub-signature-256", format!("sha256={sig}")),
-                ("x-github-delivery", id.to_owned()),
-            ]
-        }
+        Scheme::StandardWebhooks => standard::sign(secret, id, timestamp, body),
+        Scheme::Stripe => stripe::sign(secret, timestamp, body),
+        Scheme::Github => github::sign(secret, id, body),
+        Scheme::Slack => slack::sign(secret, timestamp, body),
+        Scheme::Zoom => zoom::sign(secret, timestamp, body),
+        Scheme::Shopify => shopify::sign(secret, id, body),
+        Scheme::Meta => meta::sign(secret, body),
+        Scheme::Twilio => twilio::sign(secret, id, url, body),
+        Scheme::Linear => linear::sign(secret, id, body),
     }
+}
+
+/// The longest provider-given name kept in an event type (`github.{X-GitHub-Event}`, …).
+const MAX_PROVIDER_NAME_CHARS: usize = 100;
+
+/// `{provider}.{name}` when `name` is a usable type segment: 1 to 100 characters that a type
+/// pattern can name (letters, digits, `_ - : / .`, docs/API.md §21).
+fn provider_type(provider: &str, name: &str) -> Option<String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_PROVIDER_NAME_CHARS
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b':' | b'/' | b'.'))
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && !name.contains("..");
+    ok.then(|| format!("{provider}.{name}"))
+}
+
+/// `{provider}.{value of header name}`, when the header is there once and usable.
+fn named_by_header(headers: &[(&str, &str)], name: &str, provider: &str) -> Option<String> {
+    let mut values = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim());
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    provider_type(provider, value)
+}
+
+fn has_any(headers: &[(&str, &str)], names: &[&str]) -> bool {
+    headers
+        .iter()
+        .any(|(n, _)| names.iter().any(|m| n.eq_ignore_ascii_case(m)))
+}
+
+/// The event type a provider gives a delivery that is not an envelope (docs/API.md §3, §22):
+/// `github.{X-GitHub-Event}`, `shopify.{X-Shopify-Topic}`, a Slack event callback's
+/// `slack.{event.type}`, a Zoom body's `zoom.{event}`, a Linear body's `linear.{type}` — each
+/// only with that provider's own headers, whether or not the address verifies it. `None`: the
+/// envelope rule's type stands.
+pub fn provider_event_type(
+    headers: &[(&str, &str)], body: Option<&Map<String, Value>>,
+) -> Option<String> {
+    github::event_type(headers)
+        .or_else(|| shopify::event_type(headers))
+        .or_else(|| {
+            let body = body?;
+            slack::event_type(headers, body)
+                .or_else(|| zoom::event_type(headers, body))
+                .or_else(|| linear::event_type(headers, body))
+        })
 }
 
 #[cfg(test)]

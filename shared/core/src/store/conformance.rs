@@ -14,6 +14,8 @@ use super::{AddressRecord, EventRef, IdempotencyClaim, NewAddress, NewEvent, Sto
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{ids, Ingress, Limits, Millis};
 
+mod email_policy;
+pub use email_policy::*;
 mod filtered;
 pub use filtered::*;
 
@@ -39,7 +41,8 @@ macro_rules! store_conformance_tests {
             address_is_found_by_email_in_any_case, email_keys_are_unique,
             tombstones_are_found_by_email_until_forgotten, verification_is_stored_rotated_and_removed,
             filtered_reads_return_matches_and_pass_the_others, filtered_reads_examine_a_bounded_range,
-            filtered_pages_are_cut_at_limit_and_bytes
+            filtered_pages_are_cut_at_limit_and_bytes, email_policy_is_stored_replaced_and_removed,
+            email_refusals_are_counted
         );
     };
 }
@@ -76,6 +79,7 @@ pub async fn new_address(store: &dyn Store, expires_at: Option<Millis>) -> Addre
         token_hash: ids::hash_secret("token"),
         inbox_hash: ids::hash_secret("inbox"),
         verification: None,
+        email_policy: None,
         hooks: Vec::new(),
     };
     store.create_address(a).await.expect("create address");
@@ -137,6 +141,7 @@ pub async fn create_and_get_address(store: &dyn Store) {
         token_hash: ids::hash_secret("other"),
         inbox_hash: ids::hash_secret("other"),
         verification: None,
+        email_policy: None,
         hooks: Vec::new(),
     };
     assert_eq!(
@@ -983,6 +988,7 @@ pub async fn email_keys_are_unique(store: &dyn Store) {
         token_hash: ids::hash_secret("other token"),
         inbox_hash: ids::hash_secret("other inbox"),
         verification: None,
+        email_policy: None,
         hooks: Vec::new(),
     };
     assert_eq!(
@@ -1082,6 +1088,7 @@ pub async fn verification_is_stored_rotated_and_removed(store: &dyn Store) {
             token_hash: ids::hash_secret("token"),
             inbox_hash: ids::hash_secret("inbox"),
             verification: Some(first.clone()),
+            email_policy: None,
             hooks: Vec::new(),
         })
         .await

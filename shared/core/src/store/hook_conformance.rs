@@ -226,6 +226,7 @@ pub async fn hooks_are_made_with_their_address(store: &dyn Store) {
             token_hash: ids::hash_secret("token"),
             inbox_hash: ids::hash_secret("inbox"),
             verification: None,
+            email_policy: None,
             hooks: vec![hook.clone()],
         })
         .await

@@ -27,6 +27,7 @@ pub mod viewer_conformance;
 
 use async_trait::async_trait;
 
+use crate::domain::email_policy::EmailPolicy;
 use crate::domain::request::{self, CommentMode, RequestStatus};
 use crate::domain::verification::VerificationConfig;
 use crate::domain::{Ingress, Limits, Millis};
@@ -106,6 +107,8 @@ pub struct NewAddress {
     pub inbox_hash: String,
     /// The signing secret its deliveries are verified with (docs/API.md §15), if any.
     pub verification: Option<VerificationConfig>,
+    /// The sender rules of its inbound email (docs/API.md §10, "Sender rules"), if any.
+    pub email_policy: Option<EmailPolicy>,
     /// Wake hooks made with it, in the same atomic step (docs/API.md §19), each with its
     /// cursor at 0.
     pub hooks: Vec<NewHook>,
@@ -136,6 +139,11 @@ pub struct AddressRecord {
     /// The signing secret its deliveries are verified with (docs/API.md §15), if any. Its
     /// secret is stored as given (it must be usable) and never shown ([`VerificationConfig`]).
     pub verification: Option<VerificationConfig>,
+    /// The sender rules of its inbound email (docs/API.md §10, "Sender rules"), if any.
+    pub email_policy: Option<EmailPolicy>,
+    /// How many messages its sender rules refused ([`Addresses::count_email_refusal`]):
+    /// `email.refused_count` of `GET {root}`.
+    pub email_refused: u64,
     /// The patterns of its active wake hooks ([`hook_types`]): an append of an event they wake
     /// for (`crate::domain::hooks::TypePatterns::wakes`) tells the wake machine.
     pub hook_types: Vec<String>,
@@ -547,6 +555,17 @@ pub trait Addresses: Send + Sync + 'static {
     async fn set_verification(
         &self, id: &str, verification: Option<VerificationConfig>, now: Millis,
     ) -> StoreResult<()>;
+
+    /// Sets (`Some`) or removes (`None`) the live address's sender rules (docs/API.md §10,
+    /// "Sender rules"), replacing any earlier ones: the next message is judged by them. Its
+    /// refusal count stays.
+    async fn set_email_policy(
+        &self, id: &str, policy: Option<EmailPolicy>, now: Millis,
+    ) -> StoreResult<()>;
+
+    /// Counts one message the live address's sender rules refused
+    /// ([`AddressRecord::email_refused`]), atomically: concurrent refusals each count.
+    async fn count_email_refusal(&self, id: &str, now: Millis) -> StoreResult<()>;
 
     /// Usage figures of a live address.
     async fn usage(&self, id: &str, limits: &Limits, now: Millis) -> StoreResult<Usage>;

@@ -51,6 +51,18 @@ pub fn check_shape(parsed: &ParsedEmail, limit: usize) {
         .unwrap_or(usize::MAX);
     assert!(len <= limit, "data is {len} bytes, over {limit}");
     assert_eq!(obj["email_id"], parsed.email_id.as_str());
+    // reply_text: null exactly when text is; never longer than text.
+    match (&obj["text"], &obj["reply_text"]) {
+        (Value::Null, Value::Null) => {}
+        (Value::String(text), Value::String(reply)) => assert!(
+            reply.len() <= text.len(),
+            "reply_text ({} bytes) longer than text ({} bytes)",
+            reply.len(),
+            text.len()
+        ),
+        (text, reply) => panic!("text {text} with reply_text {reply}"),
+    }
+    assert!(obj["auto_reply"].is_boolean(), "{}", obj["auto_reply"]);
     assert!(agentaddress_core::domain::ids::is_valid_id(
         &parsed.email_id
     ));

@@ -92,7 +92,17 @@ fn input_schemas_come_from_the_request_structs() {
     // Verified webhooks (docs/API.md §15): the optional signing secret.
     assert_eq!(
         props["verification"]["properties"]["scheme"]["enum"],
-        json!(["standard-webhooks", "stripe", "github"])
+        json!([
+            "standard-webhooks",
+            "stripe",
+            "github",
+            "slack",
+            "zoom",
+            "shopify",
+            "meta",
+            "twilio",
+            "linear"
+        ])
     );
     assert_eq!(
         props["verification"]["required"],

@@ -177,7 +177,17 @@
       if (v === null || v === undefined) continue;
       dl.append(el("dt", { text: k }), el("dd", { text: str(v) }));
     }
-    const box = el("div", { className: "mail" }, dl, el("pre", { className: "mail-text", text: str(d.text) }));
+    // The reply's own text first (docs/API.md §10, "The reply's text"); the whole text, quoted
+    // history and all, a click away. An event from before reply_text shows its text.
+    const text = str(d.text);
+    const reply = typeof d.reply_text === "string" ? d.reply_text : text;
+    const box = el("div", { className: "mail" }, dl, el("pre", { className: "mail-text", text: reply }));
+    if (reply !== text) {
+      box.append(
+        el("details", { className: "mail-whole" },
+          el("summary", { text: "Show the whole message" }),
+          el("pre", { className: "mail-full", text })));
+    }
     if (d.truncated) box.append(el("p", { text: "This message was cut to fit the feed; the raw message has all of it." }));
     if (typeof d.html === "string") {
       box.append(

@@ -1,5 +1,6 @@
 use super::*;
 use proptest::prelude::*;
+use serde_json::{json, Map, Value};
 
 const STD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const GH_SECRET: &str = "It's a Secret to Everybody";
@@ -295,4 +296,577 @@ proptest! {
         let v = verify(&c, &pairs, &changed, t * 1000);
         prop_assert_eq!(v.reason, Some(Reason::BadSignature));
     }
+}
+
+// --- The schemes of docs/API.md §22. Where the provider publishes a signed example, it is the
+// test; where it publishes only the rule and a payload, the payload is signed independently with
+// Python's `hmac` module (the command is beside each vector).
+
+#[test]
+fn slack_published_example_verifies() {
+    // https://api.slack.com/authentication/verifying-requests-from-slack ("Validating a
+    // request"): the signing secret, timestamp, slash-command body and signature of the page.
+    let c = config("slack", "8f742231b10e8888abcd99yyyzzz85a5");
+    let body = b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+    let headers = [
+        ("X-Slack-Request-Timestamp", "1531420618"),
+        (
+            "X-Slack-Signature",
+            "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+        ),
+    ];
+    let at = 1_531_420_618_000;
+    let v = verify(&c, &hs(&headers), body, at);
+    assert_eq!(v.reason, None);
+    assert_eq!(v.delivery_id, None, "a slash command has no event_id");
+    assert_eq!(sign(&c, "", 1_531_420_618, body)[0].1, headers[1].1);
+    // A replay 301 s later, the signature in upper case, another encoding, another body.
+    assert_eq!(
+        verify(&c, &hs(&headers), body, at + 301_000).reason,
+        Some(Reason::TimestampOutOfTolerance)
+    );
+    let upper = [
+        headers[0],
+        (
+            "X-Slack-Signature",
+            "V0=A2114D57B48EAC39B9AD189DD8316235A7B4A8D21A10BD27519666489C69B503",
+        ),
+    ];
+    assert_eq!(
+        verify(&c, &hs(&upper), body, at).reason,
+        Some(Reason::BadSignature)
+    );
+    let b64 = [
+        headers[0],
+        (
+            "X-Slack-Signature",
+            "v0=oRFNV7SOrDm5rRidgxYjW0tKjSEaEL0nUZZmSJyblQM=",
+        ),
+    ];
+    assert_eq!(
+        verify(&c, &hs(&b64), body, at).reason,
+        Some(Reason::BadSignature)
+    );
+    assert_eq!(
+        verify(&c, &hs(&headers), b"token=x", at).reason,
+        Some(Reason::BadSignature)
+    );
+    assert_eq!(
+        verify(&c, &hs(&headers[1..]), body, at).reason,
+        Some(Reason::MissingSignature)
+    );
+    // An Events API callback's `event_id` is its delivery id.
+    let event =
+        br#"{"type":"event_callback","event_id":"Ev08MFMKH6","event":{"type":"app_mention"}}"#;
+    let signed = sign(&c, "", 1_531_420_618, event);
+    let pairs: Vec<(&str, &[u8])> = signed.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    assert_eq!(
+        verify(&c, &pairs, event, at).delivery_id.as_deref(),
+        Some("Ev08MFMKH6")
+    );
+}
+
+#[test]
+fn twilio_published_example_verifies_whatever_the_parameter_order() {
+    // https://www.twilio.com/docs/usage/webhooks/webhooks-security ("Validating signatures from
+    // Twilio"): auth token 12345, the URL and the five parameters of the page.
+    let c = config("twilio", "12345");
+    let url = "https://mycompany.com/myapp.php?foo=1&bar=2";
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let sig = ("X-Twilio-Signature", "0/KCTR6DLpKmkAf8muzZqo1nDgQ=");
+    let check = |body: &[u8], url: Option<&str>, headers: &[(&str, &str)]| {
+        verify_signed(
+            &c,
+            &Signed {
+                headers: &hs(headers),
+                body,
+                url,
+                now: 0,
+            },
+        )
+        .reason
+    };
+    let body = b"CallSid=CA1234567890ABCDE&Caller=%2B12349013030&Digits=1234&From=%2B12349013030&To=%2B18005551212";
+    assert_eq!(check(body, Some(url), &[form, sig]), None);
+    // Reordered: Twilio's signature sorts the parameters.
+    let reordered = b"To=%2B18005551212&Digits=1234&CallSid=CA1234567890ABCDE&From=%2B12349013030&Caller=%2B12349013030";
+    assert_eq!(check(reordered, Some(url), &[form, sig]), None);
+    // The port added, as a proxy may see it.
+    assert_eq!(
+        check(
+            body,
+            Some("https://mycompany.com:443/myapp.php?foo=1&bar=2"),
+            &[form, sig]
+        ),
+        None
+    );
+    // Another value, another URL, no URL, the signature's base64 in hex, a repeated parameter.
+    let changed = b"CallSid=CA1234567890ABCDE&Caller=%2B12349013030&Digits=1235&From=%2B12349013030&To=%2B18005551212";
+    assert_eq!(
+        check(changed, Some(url), &[form, sig]),
+        Some(Reason::BadSignature)
+    );
+    assert_eq!(
+        check(
+            body,
+            Some("https://mycompany.com/myapp.php?foo=1"),
+            &[form, sig]
+        ),
+        Some(Reason::BadSignature)
+    );
+    assert_eq!(check(body, None, &[form, sig]), Some(Reason::BadSignature));
+    let hexed = (
+        "X-Twilio-Signature",
+        "d3f28a4d1e832ea4a6901ff26fcd9aaa8d5c3a81",
+    );
+    assert_eq!(
+        check(body, Some(url), &[form, hexed]),
+        Some(Reason::BadSignature)
+    );
+    let repeated = [body.as_slice(), b"&Digits=1234"].concat();
+    assert_eq!(
+        check(&repeated, Some(url), &[form, sig]),
+        None,
+        "a repeated pair counts once, as twilio-python has it"
+    );
+    let other_repeat = [body.as_slice(), b"&Digits=9"].concat();
+    assert_eq!(
+        check(&other_repeat, Some(url), &[form, sig]),
+        Some(Reason::BadSignature)
+    );
+    // Our signer agrees, and a repeated parameter signed both ways verifies.
+    let signed = sign_for_url(&c, "idem-1", 0, &repeated, url);
+    assert_ne!(signed[0].1, sig.1, "the repeated pair is signed");
+    let pairs: Vec<(&str, &str)> = vec![
+        form,
+        ("x-twilio-signature", signed[0].1.as_str()),
+        ("i-twilio-idempotency-token", "idem-1"),
+    ];
+    let v = verify_signed(
+        &c,
+        &Signed {
+            headers: &hs(&pairs),
+            body: &repeated,
+            url: Some(url),
+            now: 0,
+        },
+    );
+    assert_eq!((v.reason, v.delivery_id.as_deref()), (None, Some("idem-1")));
+    // A JSON body is signed through `bodySHA256` in the URL.
+    let json_body = br#"{"a":1}"#;
+    let json_url = format!(
+        "https://a.example/x?bodySHA256={}",
+        crate::domain::ids::sha256_hex(json_body)
+    );
+    let signed = sign_for_url(&c, "", 0, b"", &json_url);
+    let pairs = [
+        ("content-type", "application/json"),
+        ("x-twilio-signature", signed[0].1.as_str()),
+    ];
+    assert_eq!(check(json_body, Some(&json_url), &pairs), None);
+    assert_eq!(
+        check(br#"{"a":2}"#, Some(&json_url), &pairs),
+        Some(Reason::BadSignature)
+    );
+    // Without `bodySHA256`, a non-form body is signed by nothing: it does not verify.
+    let signed = sign_for_url(&c, "", 0, b"", "https://a.example/x");
+    let pairs = [
+        ("content-type", "application/json"),
+        ("x-twilio-signature", signed[0].1.as_str()),
+    ];
+    assert_eq!(
+        check(json_body, Some("https://a.example/x"), &pairs),
+        Some(Reason::BadSignature)
+    );
+}
+
+#[test]
+fn zoom_example_verifies_and_answers_its_validation() {
+    // https://developers.zoom.us/docs/api/webhooks/#verify-webhook-events: the rule and a
+    // `meeting.started` payload; Zoom publishes no signed vector. Signed with
+    //   hmac.new(b"zoom_secret_token_example", b"v0:1626230691:" + body, hashlib.sha256)
+    let c = config("zoom", "zoom_secret_token_example");
+    let body = br#"{"event":"meeting.started","payload":{"account_id":"D8cJuqWVQ623CI4Q8yQK0Q","object":{"id":"1234567890","topic":"My Meeting"}},"event_ts":1626230691572}"#;
+    let headers = [
+        ("x-zm-request-timestamp", "1626230691"),
+        (
+            "x-zm-signature",
+            "v0=4a953bb4110784aea33609b38e007ce7b8f31ffb7f0acba436285bf3348ec68d",
+        ),
+    ];
+    let at = 1_626_230_691_000;
+    assert_eq!(verify(&c, &hs(&headers), body, at).reason, None);
+    assert_eq!(
+        verify(&c, &hs(&headers), body, at - 301_000).reason,
+        Some(Reason::TimestampOutOfTolerance)
+    );
+    // The validation's encryptedToken: hmac.new(secret, b"qgg8vlvZRS6UYooatFL8Aw", sha256).
+    assert_eq!(
+        zoom::encrypted_token("zoom_secret_token_example", "qgg8vlvZRS6UYooatFL8Aw"),
+        "ab6193e5fc2172ba4a29511700f0cbf2aeabefa44064ef9bf89732e27aa58708"
+    );
+}
+
+#[test]
+fn shopify_example_verifies_with_its_webhook_id() {
+    // https://shopify.dev/docs/apps/build/webhooks/subscribe/https ("Verify a webhook"): the rule,
+    // no signed vector; an order payload of the page's shape signed with
+    //   base64.b64encode(hmac.new(b"hush", body, hashlib.sha256).digest())
+    let c = config("shopify", "hush");
+    let body = br#"{"id":820982911946154508,"email":"jon@example.com","closed_at":null,"created_at":"2021-12-31T19:00:00-05:00"}"#;
+    let headers = [
+        (
+            "X-Shopify-Hmac-Sha256",
+            "YtEBZDUf1DnxBBXnjYqhU/4tnRIU7fXKvWchgelJDeU=",
+        ),
+        (
+            "X-Shopify-Webhook-Id",
+            "b54557e4-bdd9-4b37-8a5f-bf7d70bcd043",
+        ),
+        ("X-Shopify-Topic", "orders/create"),
+    ];
+    let v = verify(&c, &hs(&headers), body, i64::MAX / 2);
+    assert_eq!(v.reason, None, "no timestamp: any clock");
+    assert_eq!(
+        v.delivery_id.as_deref(),
+        Some("b54557e4-bdd9-4b37-8a5f-bf7d70bcd043")
+    );
+    // The same MAC in hex is not Shopify's encoding.
+    let hexed = [("X-Shopify-Hmac-Sha256", "62d101643..."), headers[1]];
+    assert_eq!(
+        verify(&c, &hs(&hexed), body, 0).reason,
+        Some(Reason::BadSignature)
+    );
+    assert_eq!(
+        verify(&c, &hs(&headers), b"{}", 0).reason,
+        Some(Reason::BadSignature)
+    );
+}
+
+#[test]
+fn meta_example_verifies_and_needs_a_verify_token() {
+    // https://developers.facebook.com/docs/graph-api/webhooks/getting-started ("Validating
+    // payloads"): the rule, no signed vector; a WhatsApp payload signed with
+    //   hmac.new(b"meta_app_secret", body, hashlib.sha256).hexdigest()
+    let c = VerificationConfig::with_token("meta", "meta_app_secret", None, None, Some("my-token"))
+        .expect("valid");
+    let body = br#"{"object":"whatsapp_business_account","entry":[{"id":"0","changes":[{"field":"messages","value":{"messaging_product":"whatsapp"}}]}]}"#;
+    let headers = [(
+        "X-Hub-Signature-256",
+        "sha256=2ec40cf1e1dc774e61ef10ec77feeb1b4e4ad9639cf8cd52177bd939b2c4fb2c",
+    )];
+    assert_eq!(verify(&c, &hs(&headers), body, 0).reason, None);
+    assert_eq!(
+        VerificationConfig::from_stored(&c.to_stored()),
+        Some(c.clone())
+    );
+    assert!(!format!("{c:?}").contains("my-token"));
+    assert_eq!(
+        serde_json::to_value(c.view()).expect("json"),
+        json!({"scheme": "meta", "reject_unverified": false})
+    );
+    assert!(
+        VerificationConfig::new("meta", "s", None, None).is_err(),
+        "no verify_token"
+    );
+    assert!(VerificationConfig::with_token("github", "s", None, None, Some("t")).is_err());
+    assert!(VerificationConfig::with_token("meta", "s", None, None, Some("")).is_err());
+    assert!(
+        VerificationConfig::with_token("meta", "s", None, None, Some(&"t".repeat(257))).is_err()
+    );
+}
+
+#[test]
+fn linear_example_verifies_and_checks_its_timestamp() {
+    // https://linear.app/developers/webhooks ("Securing webhooks"): the rule and an Issue
+    // payload, no signed vector; signed with
+    //   hmac.new(b"lin_wh_secret", body, hashlib.sha256).hexdigest()
+    let c = config("linear", "lin_wh_secret");
+    let body = br#"{"action":"create","type":"Issue","data":{"id":"2174add1-f7c8-44e3-bbf3-2d60b5ea8bc9","title":"Bug"},"url":"https://linear.app/issue/LIN-1778","createdAt":"2020-10-29T14:37:43.219Z","webhookTimestamp":1676056940508}"#;
+    let headers = [
+        (
+            "Linear-Signature",
+            "2a3822efba2f3e1b9aa1bb95de4ed852f9f1a1549055ffcdf0ca7e7eb1b80d03",
+        ),
+        ("Linear-Delivery", "234d1a4e-b617-4388-90fe-adc3633d6b72"),
+    ];
+    let at = 1_676_056_940_508;
+    let v = verify(&c, &hs(&headers), body, at);
+    assert_eq!(v.reason, None);
+    assert_eq!(
+        v.delivery_id.as_deref(),
+        Some("234d1a4e-b617-4388-90fe-adc3633d6b72")
+    );
+    assert_eq!(
+        verify(&c, &hs(&headers), body, at + 301_000).reason,
+        Some(Reason::TimestampOutOfTolerance)
+    );
+    // Signed but without a timestamp: not Linear's scheme.
+    let bare = br#"{"type":"Issue"}"#;
+    let signed = sign(&c, "d", 0, bare);
+    let pairs: Vec<(&str, &[u8])> = signed.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    assert_eq!(
+        verify(&c, &pairs, bare, 0).reason,
+        Some(Reason::BadSignature)
+    );
+}
+
+#[test]
+fn every_scheme_header_is_recorded() {
+    for scheme in Scheme::ALL {
+        for h in scheme.headers() {
+            assert!(
+                crate::domain::envelope::RECORDED_HEADERS.contains(h),
+                "{} header {h} is not recorded",
+                scheme.as_str()
+            );
+        }
+    }
+}
+
+#[test]
+fn providers_name_their_deliveries_only_with_their_headers() {
+    let obj = |v: Value| match v {
+        Value::Object(o) => o,
+        _ => Map::new(),
+    };
+    let t = |h: &[(&str, &str)], b: Value| provider_event_type(h, Some(&obj(b)));
+    assert_eq!(
+        t(&[("X-GitHub-Event", "push")], json!({})).as_deref(),
+        Some("github.push")
+    );
+    assert_eq!(
+        t(&[("x-shopify-topic", "orders/create")], json!({})).as_deref(),
+        Some("shopify.orders/create")
+    );
+    let slack = json!({"type": "event_callback", "event": {"type": "app_mention"}});
+    assert_eq!(
+        t(&[("x-slack-signature", "v0=00")], slack.clone()).as_deref(),
+        Some("slack.app_mention")
+    );
+    assert_eq!(t(&[], slack), None, "without Slack's header");
+    assert_eq!(
+        t(
+            &[("x-zm-request-timestamp", "1")],
+            json!({"event": "meeting.started"})
+        )
+        .as_deref(),
+        Some("zoom.meeting.started")
+    );
+    assert_eq!(
+        t(&[("linear-delivery", "d")], json!({"type": "Issue"})).as_deref(),
+        Some("linear.Issue")
+    );
+    // Names a type pattern could not name are not used.
+    assert_eq!(t(&[("x-github-event", "a b")], json!({})), None);
+    assert_eq!(t(&[("x-github-event", &"x".repeat(101))], json!({})), None);
+    assert_eq!(
+        t(
+            &[("x-github-event", "push"), ("x-github-event", "pull")],
+            json!({})
+        ),
+        None
+    );
+    assert_eq!(
+        t(&[("x-zm-signature", "v0=1")], json!({"event": "a..b"})),
+        None
+    );
+}
+
+fn new_config() -> impl Strategy<Value = VerificationConfig> {
+    prop_oneof![
+        Just(config("slack", "8f742231b10e8888abcd99yyyzzz85a5")),
+        Just(config("zoom", "zoom_secret")),
+        Just(config("shopify", "hush")),
+        Just(
+            VerificationConfig::with_token("meta", "app", None, None, Some("tok")).expect("valid")
+        ),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn the_new_schemes_verify_what_they_sign_and_nothing_changed(
+        c in new_config(),
+        body in proptest::collection::vec(any::<u8>(), 1..512),
+        at in any::<proptest::sample::Index>(),
+        flip in 1u8..=255,
+        t in 1_000_000_000i64..4_000_000_000,
+    ) {
+        let headers = sign(&c, "d-1", t, &body);
+        let pairs: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        prop_assert_eq!(verify(&c, &pairs, &body, t * 1000).reason, None);
+        let mut changed = body.clone();
+        let i = at.index(changed.len());
+        changed[i] ^= flip;
+        prop_assert_eq!(verify(&c, &pairs, &changed, t * 1000).reason, Some(Reason::BadSignature));
+    }
+
+    #[test]
+    fn twilio_verifies_any_form_it_signs(
+        params in proptest::collection::vec(("[A-Za-z]{1,8}", "[ -~]{0,12}"), 0..12),
+        t in 0i64..10,
+    ) {
+        let c = config("twilio", "auth-token");
+        let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(&params).finish();
+        let url = "https://a.example/api/v1/inbox/x/y";
+        let signed = sign_for_url(&c, "", t, body.as_bytes(), url);
+        let headers = [("content-type", "application/x-www-form-urlencoded"), ("x-twilio-signature", signed[0].1.as_str())];
+        let v = verify_signed(&c, &Signed { headers: &hs(&headers), body: body.as_bytes(), url: Some(url), now: 0 });
+        prop_assert_eq!(v.reason, None);
+    }
+}
+
+#[test]
+fn handshakes_are_answered_refused_or_not_handshakes() {
+    let d = |body: &'static [u8], headers: &'static [(&'static str, &'static [u8])]| Signed {
+        headers,
+        body,
+        url: None,
+        now: 1_531_420_618_000,
+    };
+    // Slack: extra keys are ignored; the challenge comes back as JSON.
+    let slack = br#"{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification","extra":1}"#;
+    assert_eq!(
+        handshake(None, &d(slack, &[]), None),
+        Some(Ok(Handshake::Json(
+            json!({"challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"})
+        )))
+    );
+    // At an address that verifies Slack, an unsigned one is refused.
+    let c = config("slack", "8f742231b10e8888abcd99yyyzzz85a5");
+    assert_eq!(
+        handshake(None, &d(slack, &[]), Some(&c)),
+        Some(Err(HandshakeRefusal::Unverified(Reason::MissingSignature)))
+    );
+    // Too long, not a string.
+    let long = format!(
+        r#"{{"type":"url_verification","challenge":"{}"}}"#,
+        "a".repeat(1025)
+    );
+    let long: &'static [u8] = Box::leak(long.into_bytes().into_boxed_slice());
+    assert!(matches!(
+        handshake(None, &d(long, &[]), None),
+        Some(Err(HandshakeRefusal::Invalid(_)))
+    ));
+    assert!(matches!(
+        handshake(
+            None,
+            &d(br#"{"type":"url_verification","challenge":5}"#, &[]),
+            None
+        ),
+        Some(Err(HandshakeRefusal::Invalid(_)))
+    ));
+    // Graph: the token as text, from the query (decoded), bounded, once.
+    assert_eq!(
+        handshake(
+            Some("validationToken=Validation%3A%20Testing%3Cb%3E"),
+            &d(b"", &[]),
+            None
+        ),
+        Some(Ok(Handshake::Text("Validation: Testing<b>".into())))
+    );
+    assert!(matches!(
+        handshake(
+            Some("validationToken=a&validationToken=b"),
+            &d(b"", &[]),
+            None
+        ),
+        Some(Err(HandshakeRefusal::Invalid(_)))
+    ));
+    let q = format!("validationToken={}", "a".repeat(1025));
+    assert!(matches!(
+        handshake(Some(&q), &d(b"", &[]), None),
+        Some(Err(HandshakeRefusal::Invalid(_)))
+    ));
+    // Zoom: needs the address's Zoom secret.
+    let zoom_body = br#"{"event":"endpoint.url_validation","payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1}"#;
+    assert!(matches!(
+        handshake(None, &d(zoom_body, &[]), None),
+        Some(Err(HandshakeRefusal::Invalid(_)))
+    ));
+    let z = config("zoom", "zoom_secret_token_example");
+    let signed = sign(&z, "", 1_531_420_618, zoom_body);
+    let pairs: Vec<(&str, &[u8])> = signed.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+    let zd = Signed {
+        headers: &pairs,
+        body: zoom_body,
+        url: None,
+        now: 1_531_420_618_000,
+    };
+    assert_eq!(
+        handshake(None, &zd, Some(&z)),
+        Some(Ok(Handshake::Json(json!({
+            "plainToken": "qgg8vlvZRS6UYooatFL8Aw",
+            "encryptedToken": "ab6193e5fc2172ba4a29511700f0cbf2aeabefa44064ef9bf89732e27aa58708"
+        }))))
+    );
+    assert_eq!(
+        handshake(None, &d(zoom_body, &[]), Some(&z)),
+        Some(Err(HandshakeRefusal::Unverified(Reason::MissingSignature)))
+    );
+    // Anything else is a delivery.
+    assert_eq!(
+        handshake(None, &d(br#"{"type":"event_callback"}"#, &[]), None),
+        None
+    );
+    assert_eq!(handshake(Some("a=1"), &d(b"hello", &[]), None), None);
+}
+
+#[test]
+fn meta_subscription_answers_only_its_token() {
+    let c =
+        VerificationConfig::with_token("meta", "app", None, None, Some("my-token")).expect("valid");
+    let q = "hub.mode=subscribe&hub.verify_token=my-token&hub.challenge=1158201444";
+    assert_eq!(
+        meta_subscription(Some(q), Some(&c)),
+        Ok(Handshake::Text("1158201444".into()))
+    );
+    let wrong = "hub.mode=subscribe&hub.verify_token=my-tokem&hub.challenge=1158201444";
+    assert_eq!(
+        meta_subscription(Some(wrong), Some(&c)),
+        Err(HandshakeRefusal::Forbidden)
+    );
+    // Not a Meta address, no token: the same 403.
+    assert_eq!(
+        meta_subscription(Some(q), Some(&config("github", "x"))),
+        Err(HandshakeRefusal::Forbidden)
+    );
+    assert_eq!(
+        meta_subscription(Some(q), None),
+        Err(HandshakeRefusal::Forbidden)
+    );
+    let no_token = "hub.mode=subscribe&hub.challenge=1";
+    assert_eq!(
+        meta_subscription(Some(no_token), Some(&c)),
+        Err(HandshakeRefusal::Forbidden)
+    );
+    for bad in [
+        "",
+        "hub.mode=unsubscribe&hub.verify_token=my-token&hub.challenge=1",
+        "hub.mode=subscribe&hub.verify_token=my-token",
+        "hub.mode=subscribe&hub.mode=subscribe&hub.verify_token=my-token&hub.challenge=1",
+    ] {
+        assert!(
+            matches!(
+                meta_subscription(Some(bad), Some(&c)),
+                Err(HandshakeRefusal::Invalid(_))
+            ),
+            "{bad}"
+        );
+    }
+    let long = format!(
+        "hub.mode=subscribe&hub.verify_token=my-token&hub.challenge={}",
+        "9".repeat(1025)
+    );
+    assert!(matches!(
+        meta_subscription(Some(&long), Some(&c)),
+        Err(HandshakeRefusal::Invalid(_))
+    ));
+    // HTML and CRLF come back as given: the caller sends them as text/plain only.
+    let html = "hub.mode=subscribe&hub.verify_token=my-token&hub.challenge=%3Cscript%3E%0D%0AX%3A1";
+    assert_eq!(
+        meta_subscription(Some(html), Some(&c)),
+        Ok(Handshake::Text("<script>\r\nX:1".into()))
+    );
 }
