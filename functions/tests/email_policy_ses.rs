@@ -50,6 +50,7 @@ fn config() -> ApiConfig {
         limits: Limits::default(),
         email_ingest_secret_hash: None,
         poll_checks: Default::default(),
+        max_waiting_polls: 0,
     }
 }
 

@@ -400,3 +400,82 @@ fn timer_watches_are_sent_by_the_timer_functions_and_handled_by_purge() {
     let notifier = serde_norway::to_string(&r["SocketNotifierPolicy"]).expect("yaml");
     assert!(notifier.contains("dynamodb:DeleteItem"), "{notifier}");
 }
+
+/// Waiting never starves writing (docs/SCALE.md): every function that receives (the inbox, the
+/// email doors) or consumes a queue has concurrency reserved by `ReceiverReservedConcurrency`;
+/// the functions that wait have none reserved (a reservation would take capacity from the
+/// others, and a Lambda throttle answers without `Retry-After`) and read the stack-wide cap
+/// `WaitingPollCap` from `AGENTADDRESS_MAX_WAITING_POLLS` instead. Both parameters have
+/// defaults that deploy.
+#[test]
+fn receivers_have_reserved_concurrency_and_waits_a_cap() {
+    let t = template();
+    let resources = t["Resources"].as_mapping().expect("Resources");
+    let reserved = |f: &str| {
+        let v = &t["Resources"][f]["Properties"]["ReservedConcurrentExecutions"];
+        (!v.is_null()).then(|| format!("{v:?}"))
+    };
+    let receivers = [
+        "InboxFunction",
+        "EmailFunction",
+        "EmailApiFunction",
+        "SendFunction",
+        "WakeFunction",
+        "PurgeFunction",
+    ];
+    for f in receivers {
+        let r = reserved(f).unwrap_or_else(|| panic!("{f} has no reserved concurrency"));
+        assert!(r.contains("ReceiverReservedConcurrency"), "{f}: {r}");
+    }
+    // Every queue consumer is among them.
+    for (name, res) in resources {
+        let name = s(name);
+        let consumes = res["Properties"]["Events"]
+            .as_mapping()
+            .into_iter()
+            .flatten()
+            .any(|(_, e)| s(&e["Type"]) == "SQS");
+        if consumes {
+            assert!(
+                receivers.contains(&name.as_str()),
+                "{name} consumes a queue"
+            );
+            // Its pollers are held to the reservation (a batch it could not take would count
+            // as a receive towards the dead-letter queue).
+            for (_, e) in res["Properties"]["Events"]
+                .as_mapping()
+                .into_iter()
+                .flatten()
+            {
+                if s(&e["Type"]) == "SQS" {
+                    let scaling = format!("{:?}", e["Properties"]["ScalingConfig"]);
+                    assert!(
+                        scaling.contains("ReceiverReservedConcurrency"),
+                        "{name}: {scaling}"
+                    );
+                }
+            }
+        }
+    }
+    for f in ["EventsFunction", "RequestsFunction", "McpFunction"] {
+        assert_eq!(reserved(f), None, "{f} waits: capped, not reserved");
+    }
+    let env = &t["Globals"]["Function"]["Environment"]["Variables"];
+    let cap = format!("{:?}", env["AGENTADDRESS_MAX_WAITING_POLLS"]);
+    assert!(cap.contains("WaitingPollCap"), "{cap}");
+    for p in ["WaitingPollCap", "ReceiverReservedConcurrency"] {
+        let default = t["Parameters"][p]["Default"].as_u64();
+        assert!(
+            default.is_some_and(|d| d > 0),
+            "{p} defaults to {default:?}"
+        );
+    }
+    // Lambda keeps 100 of an account's 1,000 unreserved: the default reservations fit.
+    let per = t["Parameters"]["ReceiverReservedConcurrency"]["Default"]
+        .as_u64()
+        .unwrap_or(0);
+    let waits = t["Parameters"]["WaitingPollCap"]["Default"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(per * receivers.len() as u64 + waits <= 900);
+}

@@ -3,14 +3,16 @@
 //! real `DynamoStore`. Point it at DynamoDB Local (or a real table) with the SDK's variables:
 //!
 //! `AGENTADDRESS_TABLE=… AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 agentaddress-costs [--idle-seconds 25]
-//! [--conversation-samples 40] [--idle-samples 0]`
+//! [--conversation-samples 40] [--idle-samples 0] [--json docs/costs.json]`
 //!
-//! `scripts/costs` does all of that. Prints a Markdown table.
+//! `scripts/costs` does all of that. Prints a Markdown table; with `--json`, also writes the
+//! measured rows into docs/costs.json, which `scripts/scale` reads.
 #![forbid(unsafe_code)]
 
 use agentaddress_core::store::prelude::*;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agentaddress_api::config::ServiceConfig;
@@ -46,6 +48,12 @@ struct Args {
     /// address; 0: none).
     #[arg(long, value_name = "N", default_value_t = 0)]
     idle_samples: usize,
+    /// Also write the measured rows into this units file (docs/costs.json, which
+    /// `scripts/scale` reads): the rows of the tables this run measures are replaced, with the
+    /// date and this command; everything else in the file (rows measured elsewhere, prices, the
+    /// Lambda assumptions) is kept.
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
 }
 
 struct Bench {
@@ -300,6 +308,7 @@ async fn email_costs(
 }
 
 fn email_row(what: &str, u: CapacityUsage, s3: u64, d: Duration) {
+    record("email", what, &u, d, &[("s3_requests", s3)]);
     println!(
         "| {what} | {} | {:.1} | {:.1} | {s3} | {:.1} |",
         u.requests,
@@ -362,7 +371,7 @@ async fn filtered_costs(b: &Bench) {
             assert_eq!(v["events"].as_array().map(Vec::len), Some(100));
         })
         .await;
-    row("read a page of 100 small events (anchor)", u, d);
+    row("filtered", "read a page of 100 small events (anchor)", u, d);
     let (u, d) = b
         .measure(|| async {
             let (s, v) = b
@@ -378,10 +387,22 @@ async fn filtered_costs(b: &Bench) {
             assert_eq!(v["next_cursor"], 1_000, "{v}");
         })
         .await;
-    row("filtered page over 1,000 small non-matching events", u, d);
+    row(
+        "filtered",
+        "filtered page over 1,000 small non-matching events",
+        u,
+        d,
+    );
 }
 
-fn row(what: &str, u: CapacityUsage, d: Duration) {
+/// Prints a row of the per-operation or filtered table, recording it (in `table` of
+/// docs/costs.json) for `--json`.
+fn row(table: &'static str, what: &str, u: CapacityUsage, d: Duration) {
+    record(table, what, &u, d, &[]);
+    print_row(what, u, d);
+}
+
+fn print_row(what: &str, u: CapacityUsage, d: Duration) {
     println!(
         "| {what} | {} | {:.1} | {:.1} | {:.1} |",
         u.requests,
@@ -397,6 +418,7 @@ async fn main() {
         idle_seconds: idle,
         conversation_samples,
         idle_samples,
+        json,
     } = Args::parse();
     let service = ServiceConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
     let aws = AwsConfig::from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -418,6 +440,7 @@ async fn main() {
         Arc::new(store.clone()),
         ApiConfig {
             poll_checks: PollChecks::SPARSE,
+            max_waiting_polls: 0,
             ..config.clone()
         },
     ));
@@ -442,7 +465,7 @@ async fn main() {
             created = v;
         })
         .await;
-    row("create address", u, d);
+    row("per_operation", "create address", u, d);
     let token = read_token(&created);
     let inbox = path(&created["endpoints"]["inbox_url"]);
     let events = path(&created["endpoints"]["events_url"]);
@@ -461,7 +484,7 @@ async fn main() {
             assert_eq!(s, 202, "{v}");
         })
         .await;
-    row("inbox delivery, 1 KB", u, d);
+    row("per_operation", "inbox delivery, 1 KB", u, d);
 
     let (s, v) = b
         .call(
@@ -486,7 +509,7 @@ async fn main() {
             assert_eq!(s, 200, "{v}");
         })
         .await;
-    row("state CAS write, 1 KB", u, d);
+    row("per_operation", "state CAS write, 1 KB", u, d);
 
     for _ in 0..10 {
         b.call(
@@ -511,7 +534,7 @@ async fn main() {
             assert_eq!(v["events"].as_array().map(Vec::len), Some(10));
         })
         .await;
-    row("read a page of ten 1 KB events", u, d);
+    row("per_operation", "read a page of ten 1 KB events", u, d);
 
     filtered_costs(&b).await;
 
@@ -539,7 +562,12 @@ async fn main() {
                 assert_eq!(s, 200, "{v}");
             })
             .await;
-        row(&format!("idle long poll, {idle} s{label}"), u, d);
+        let what = format!("idle long poll, {idle} s{label}");
+        if label.is_empty() {
+            // The earlier schedule's row is an anchor of docs/PERFORMANCE.md, not a cost.
+            record("per_operation", &what, &u, d, &[]);
+        }
+        print_row(&what, u, d);
     }
 
     email_costs(&b, &bucket, &service, &token, &created).await;
@@ -588,6 +616,158 @@ async fn main() {
             pct(1.0)
         );
     }
+    if let Some(path) = json {
+        let rows = MEASURED
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let run = Run {
+            date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+            command: format!("agentaddress-costs {}", args.join(" ")),
+            build: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            },
+        };
+        write_units_file(&path, &rows, &run)
+            .unwrap_or_else(|e| panic!("--json {}: {e}", path.display()));
+        println!("wrote {} measured rows into {}", rows.len(), path.display());
+    }
+}
+
+/// A row of one of docs/COSTS.md's tables as this run measured it, for `--json`.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    /// The table's key in docs/costs.json (`per_operation`, `email`, …).
+    table: &'static str,
+    /// The row's first cell, as in docs/COSTS.md.
+    label: String,
+    requests: u64,
+    read_units: f64,
+    write_units: f64,
+    ms: f64,
+    /// The table's other columns (`s3_requests`, `ses_messages`, …).
+    counts: Vec<(&'static str, u64)>,
+}
+
+/// Every row printed so far, in order.
+static MEASURED: Mutex<Vec<Measured>> = Mutex::new(Vec::new());
+
+/// Keeps a printed row for `--json`, rounded as it is printed.
+fn record(
+    table: &'static str, label: &str, u: &CapacityUsage, d: Duration,
+    counts: &[(&'static str, u64)],
+) {
+    let tenth = |x: f64| (x * 10.0).round() / 10.0;
+    MEASURED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Measured {
+            table,
+            label: label.to_owned(),
+            requests: u.requests,
+            read_units: tenth(u.read_units),
+            write_units: tenth(u.write_units),
+            ms: tenth(d.as_secs_f64() * 1000.0),
+            counts: counts.to_vec(),
+        });
+}
+
+/// What `--json` says of the run.
+struct Run {
+    date: String,
+    command: String,
+    build: &'static str,
+}
+
+/// Reads the units file at `path` (or starts one), merges `rows` into it and writes it back.
+fn write_units_file(path: &Path, rows: &[Measured], run: &Run) -> Result<(), String> {
+    let mut doc = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(e) => return Err(e.to_string()),
+    };
+    merge_measured(&mut doc, rows, run)?;
+    let mut text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    text.push('\n');
+    std::fs::write(path, text).map_err(|e| e.to_string())
+}
+
+/// Merges measured rows into a units file: a row of the same table and label gets the new
+/// figures (keeping its id, its function and any `billed_*` correction); a new one is appended;
+/// each table measured, and the file, get this run's `measured`. Nothing else changes.
+fn merge_measured(doc: &mut Value, rows: &[Measured], run: &Run) -> Result<(), String> {
+    let root = doc
+        .as_object_mut()
+        .ok_or("the units file is not a JSON object")?;
+    root.insert(
+        "measured".into(),
+        json!({
+            "date": run.date,
+            "command": run.command,
+            "source": "Measured by agentaddress-costs (scripts/costs) on DynamoDB Local: the real \
+                router and DynamoStore in-process, every DynamoDB call with \
+                ReturnConsumedCapacity=TOTAL. Tables this run did not measure keep their own \
+                \"measured\".",
+        }),
+    );
+    let tables = root
+        .entry("tables")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .ok_or("\"tables\" is not an object")?;
+    for r in rows {
+        let table = tables
+            .entry(r.table)
+            .or_insert_with(|| json!({"section": r.table, "rows": []}))
+            .as_object_mut()
+            .ok_or_else(|| format!("table {} is not an object", r.table))?;
+        table.insert(
+            "measured".into(),
+            json!({"date": run.date, "command": run.command, "build": run.build}),
+        );
+        let list = table
+            .entry("rows")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+            .ok_or_else(|| format!("the rows of {} are not a list", r.table))?;
+        let at = match list
+            .iter()
+            .position(|x| x["label"].as_str() == Some(r.label.as_str()))
+        {
+            Some(at) => at,
+            None => {
+                list.push(json!({"id": slug(&r.label), "label": r.label}));
+                list.len() - 1
+            }
+        };
+        let entry = list[at]
+            .as_object_mut()
+            .ok_or_else(|| format!("a row of {} is not an object", r.table))?;
+        entry.insert("requests".into(), json!(r.requests));
+        entry.insert("read_units".into(), json!(r.read_units));
+        entry.insert("write_units".into(), json!(r.write_units));
+        entry.insert("ms".into(), json!(r.ms));
+        for (column, n) in &r.counts {
+            entry.insert((*column).into(), json!(n));
+        }
+    }
+    Ok(())
+}
+
+/// A row's id from its label: `inbox delivery, 1 KB` → `inbox_delivery_1_kb`.
+fn slug(label: &str) -> String {
+    let mut id = String::new();
+    for c in label.chars() {
+        if c.is_ascii_alphanumeric() {
+            id.push(c.to_ascii_lowercase());
+        } else if !id.is_empty() && !id.ends_with('_') {
+            id.push('_');
+        }
+    }
+    id.trim_end_matches('_').to_owned()
 }
 
 /// The poster of the socket rows: takes every frame (an API Gateway message each), counting
@@ -627,6 +807,7 @@ async fn socket_costs(store: &DynamoStore, service: &ServiceConfig) {
     );
     println!("|---|---|---|---|---|---|");
     let srow = |what: &str, u: CapacityUsage, d: Duration, messages: u64| {
+        record("sockets", what, &u, d, &[("apigw_messages", messages)]);
         println!(
             "| {what} | {} | {:.1} | {:.1} | {messages} | {:.1} |",
             u.requests,
@@ -789,6 +970,13 @@ async fn outbound_costs(store: &DynamoStore, service: &ServiceConfig) {
     );
     println!("|---|---|---|---|---|---|---|");
     let orow = |what: &str, u: CapacityUsage, d: Duration, ses: usize, sqs: u64| {
+        record(
+            "outbound",
+            what,
+            &u,
+            d,
+            &[("ses_messages", ses as u64), ("sqs_messages", sqs)],
+        );
         println!(
             "| {what} | {} | {:.1} | {:.1} | {ses} | {sqs} | {:.1} |",
             u.requests,
@@ -1009,6 +1197,13 @@ async fn wake_costs(store: &DynamoStore, service: &ServiceConfig) {
     );
     println!("|---|---|---|---|---|---|---|");
     let wrow = |what: &str, u: CapacityUsage, d: Duration, sqs: u64, calls: u64| {
+        record(
+            "wakes",
+            what,
+            &u,
+            d,
+            &[("sqs_messages", sqs), ("receiver_requests", calls)],
+        );
         println!(
             "| {what} | {} | {:.1} | {:.1} | {sqs} | {calls} | {:.1} |",
             u.requests,
@@ -1201,6 +1396,128 @@ mod tests {
         let a =
             Args::try_parse_from(["agentaddress-costs", "--idle-seconds=5"]).expect("--flag=value");
         assert_eq!(a.idle_seconds, 5);
+    }
+
+    #[test]
+    fn json_takes_the_units_file() {
+        let a = Args::try_parse_from(["agentaddress-costs", "--json", "docs/costs.json"])
+            .expect("--json PATH");
+        assert_eq!(a.json, Some(PathBuf::from("docs/costs.json")));
+        assert_eq!(
+            Args::try_parse_from(["agentaddress-costs"]).unwrap().json,
+            None
+        );
+        let e = Args::try_parse_from(["agentaddress-costs", "--json"]).expect_err("no path");
+        assert_eq!(e.exit_code(), 2);
+    }
+
+    fn run() -> Run {
+        Run {
+            date: "2027-01-02".into(),
+            command: "agentaddress-costs --json docs/costs.json".into(),
+            build: "release",
+        }
+    }
+
+    fn measured(table: &'static str, label: &str, write_units: f64) -> Measured {
+        Measured {
+            table,
+            label: label.into(),
+            requests: 3,
+            read_units: 2.0,
+            write_units,
+            ms: 12.5,
+            counts: vec![("s3_requests", 1)],
+        }
+    }
+
+    #[test]
+    fn a_measured_row_replaces_its_figures_and_keeps_the_rest() {
+        let mut doc = json!({
+            "about": "a units file",
+            "measured": {"date": "2026-12-06", "command": "scripts/costs"},
+            "tables": {
+                "email": {
+                    "section": "Email",
+                    "note": "kept",
+                    "measured": {"date": "2026-12-02", "command": "scripts/costs", "build": "debug", "note": "old run"},
+                    "rows": [
+                        {"id": "mine", "label": "receive", "requests": 7, "read_units": 5.0,
+                         "write_units": 12.0, "ms": 37.4, "s3_requests": 3,
+                         "billed_write_units": 14.0, "function": "email"}
+                    ]
+                },
+                "timers": {"section": "Timers", "measured": {"date": "2026-12-06"}, "rows": []}
+            },
+            "prices": {"lambda_arm64_gb_second": 1.33334e-05}
+        });
+        merge_measured(
+            &mut doc,
+            &[
+                measured("email", "receive", 13.0),
+                measured("email", "download its raw message, 1 MB", 0.0),
+                measured("sockets", "subscribe", 2.0),
+            ],
+            &run(),
+        )
+        .unwrap();
+        let rows = &doc["tables"]["email"]["rows"];
+        assert_eq!(
+            rows[0],
+            json!({"id": "mine", "label": "receive", "requests": 3, "read_units": 2.0,
+                   "write_units": 13.0, "ms": 12.5, "s3_requests": 1,
+                   "billed_write_units": 14.0, "function": "email"})
+        );
+        assert_eq!(rows[1]["id"], "download_its_raw_message_1_mb");
+        assert_eq!(rows[1]["write_units"], json!(0.0));
+        assert_eq!(doc["tables"]["email"]["note"], "kept");
+        assert_eq!(
+            doc["tables"]["email"]["measured"],
+            json!({"date": "2027-01-02", "command": "agentaddress-costs --json docs/costs.json", "build": "release"})
+        );
+        // A table this run did not measure keeps its own run; a new one is added.
+        assert_eq!(
+            doc["tables"]["timers"]["measured"],
+            json!({"date": "2026-12-06"})
+        );
+        assert_eq!(doc["tables"]["sockets"]["rows"][0]["id"], "subscribe");
+        assert_eq!(doc["measured"]["date"], "2027-01-02");
+        assert_eq!(
+            doc["prices"],
+            json!({"lambda_arm64_gb_second": 1.33334e-05})
+        );
+        // Figures are written as the tables print them.
+        let text = serde_json::to_string_pretty(&doc).unwrap();
+        assert!(text.contains("\"write_units\": 13.0,"), "{text}");
+        assert!(text.contains("\"ms\": 12.5,"), "{text}");
+    }
+
+    /// docs/costs.json is written in the writer's own format, so that `--json` changes only
+    /// the figures it measures; every row has the fields scripts/scale reads.
+    #[test]
+    fn the_committed_units_file_is_in_the_writers_format() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/costs.json");
+        let text = std::fs::read_to_string(path).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let mut again = serde_json::to_string_pretty(&doc).unwrap();
+        again.push('\n');
+        assert!(
+            again == text,
+            "docs/costs.json is not as serde_json writes it"
+        );
+        let mut ids = std::collections::HashSet::new();
+        for (name, table) in doc["tables"].as_object().unwrap() {
+            for r in table["rows"].as_array().unwrap() {
+                let id = r["id"].as_str().unwrap();
+                assert!(ids.insert(id.to_owned()), "{name}: id {id} twice");
+                assert!(r["label"].is_string(), "{name}/{id}");
+                assert!(r["requests"].is_u64(), "{name}/{id}");
+                assert!(r["read_units"].is_number(), "{name}/{id}");
+                assert!(r["write_units"].is_number(), "{name}/{id}");
+            }
+        }
+        assert!(doc["measured"]["date"].is_string());
+        assert!(doc["measured"]["command"].is_string());
     }
 
     #[test]

@@ -58,6 +58,13 @@ pub struct ServiceConfig {
           value_parser = clap::value_parser!(u64).range(0..=25))]
     pub max_wait_seconds: u64,
 
+    /// The most long polls waiting at once on the whole deployment (docs/API.md §6, "Waiting
+    /// polls"); over it a wait is answered at once with 503 `unavailable` and `Retry-After`.
+    /// 0 (the default on `serve`, whose connection caps bound it): no cap. On AWS every
+    /// waiting poll holds a Lambda execution environment: template.yaml's `WaitingPollCap`.
+    #[arg(long, env = "AGENTADDRESS_MAX_WAITING_POLLS", default_value_t = 0)]
+    pub max_waiting_polls: u64,
+
     /// Seconds a deleted or expired address answers 410 before it is forgotten.
     #[arg(long, env = "AGENTADDRESS_TOMBSTONE_SECONDS", default_value_t = 30 * 24 * 3600,
           value_parser = clap::value_parser!(u64).range(0..))]

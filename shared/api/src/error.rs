@@ -9,6 +9,9 @@ use serde_json::{json, Map, Value};
 
 use crate::store::StoreError;
 
+/// `Retry-After` of a wait refused because every waiting slot is held (docs/API.md §6).
+pub const WAITING_FULL_RETRY_AFTER_SECONDS: u64 = 5;
+
 /// What a handler answers: a response, or an [`ApiError`] that becomes one.
 pub type ApiResult = Result<Response, ApiError>;
 
@@ -302,6 +305,10 @@ pub enum ApiError {
     /// memory pressure"): 503 `unavailable` with `Retry-After`.
     #[error("no page memory free")]
     MemoryBusy,
+    /// Every waiting slot of the deployment is held (docs/API.md §6, "Waiting polls"): 503
+    /// `unavailable` with `Retry-After`.
+    #[error("waiting slots full")]
+    WaitingFull,
     /// docs/API.md §15: `reason` is `missing_signature`, `bad_signature` or
     /// `timestamp_out_of_tolerance`.
     #[error("signature invalid: {reason}")]
@@ -368,7 +375,7 @@ impl ApiError {
             Self::ContactNotConfirmed => ErrorCode::ContactNotConfirmed,
             Self::OutboundNotConfigured => ErrorCode::OutboundNotConfigured,
             Self::Internal(_) => ErrorCode::Internal,
-            Self::Unavailable(_) | Self::MemoryBusy => ErrorCode::Unavailable,
+            Self::Unavailable(_) | Self::MemoryBusy | Self::WaitingFull => ErrorCode::Unavailable,
             Self::SignatureInvalid { .. } => ErrorCode::SignatureInvalid,
         }
     }
@@ -417,6 +424,10 @@ impl ApiError {
             Self::ViewerCodeExpired => {
                 "This sign-in link was already used or has expired; run the command again.".into()
             }
+            Self::WaitingFull => "Every waiting slot of this deployment is held by other long \
+                 polls; nothing was lost: retry from the same cursor after Retry-After, or wait \
+                 on the wake-up socket or a wake hook instead (docs/API.md §17, §19)."
+                .into(),
             Self::MemoryBusy => "The server's memory for pages of events is in use by other \
                  answers being written; nothing was lost, retry from the same cursor in a moment."
                 .into(),
@@ -430,6 +441,7 @@ impl ApiError {
                 Some(*retry_after)
             }
             Self::Unavailable(_) | Self::MemoryBusy => Some(1),
+            Self::WaitingFull => Some(WAITING_FULL_RETRY_AFTER_SECONDS),
             _ => None,
         }
     }
@@ -583,6 +595,7 @@ mod tests {
             ApiError::TimersFull,
             ApiError::TimerFired,
             ApiError::Forbidden,
+            ApiError::WaitingFull,
             ApiError::Internal("secret detail".into()),
             ApiError::Unavailable("secret detail".into()),
         ];

@@ -55,6 +55,10 @@ pub struct ApiConfig {
     pub email_ingest_secret_hash: Option<String>,
     /// When a long poll re-checks a store without a wake-up signal (DynamoDB on Lambda).
     pub poll_checks: PollChecks,
+    /// The most long polls (and request waits) waiting at once on this deployment; 0: no cap
+    /// (docs/API.md §6, "Waiting polls"). Over it a wait is answered at once, 503
+    /// `unavailable` with `Retry-After`.
+    pub max_waiting_polls: u64,
 }
 
 /// The long-poll check schedule of stores without a wake-up signal (DynamoDB on Lambda): the
@@ -103,6 +107,7 @@ impl From<&ServiceConfig> for ApiConfig {
                 .as_ref()
                 .map(|s| ids::hash_secret(s.expose())),
             poll_checks: PollChecks::default(),
+            max_waiting_polls: c.max_waiting_polls,
         }
     }
 }

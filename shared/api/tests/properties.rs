@@ -450,6 +450,7 @@ async fn app(limits: Limits) -> App {
         limits,
         email_ingest_secret_hash: None,
         poll_checks: Default::default(),
+        max_waiting_polls: 0,
     };
     let router = api::router(AppState::new(Arc::new(store), config));
     let (status, _, created) = send(

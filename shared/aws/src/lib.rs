@@ -81,7 +81,8 @@
 //!   its cancellation reasons are read;
 //! - `retry`: the SDK retry policy, the append retry loop, conflict re-sends;
 //! - `purge`: purging deleted addresses (queue, step, message handler);
-//! - `rate_limit`: rate-limit counters;
+//! - `rate_limit`: rate-limit counters; `wait_slots`: the cap on long polls waiting at once
+//!   (docs/API.md §6, "Waiting polls");
 //! - `requests`: requests for a person (docs/API.md §12): creation, reads, answers, expiry;
 //! - `timers`: timers (docs/API.md §20): creation, listing, cancel, firing by the append
 //!   transaction (the same close requests use, `append::Closing`), and their watch;
@@ -125,6 +126,7 @@ mod sockets;
 mod state;
 mod timers;
 mod viewer;
+mod wait_slots;
 mod wake_queue;
 mod watch;
 

@@ -67,4 +67,14 @@ impl RateLimits for DynamoStore {
             .map_or(Ok(0), |a| Fields::of(a, "rate window").count("count"))?;
         Ok((count > limit).then_some(retry_after))
     }
+
+    async fn acquire_wait_slot(
+        &self, cap: u64, until: Millis, now: Millis,
+    ) -> StoreResult<Option<String>> {
+        self.take_wait_slot(cap, until, now).await
+    }
+
+    async fn release_wait_slot(&self, slot: &str) -> StoreResult<()> {
+        self.give_back_wait_slot(slot).await
+    }
 }

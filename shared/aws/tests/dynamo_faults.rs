@@ -105,6 +105,7 @@ impl Rig {
                 limits: Limits::default(),
                 email_ingest_secret_hash: None,
                 poll_checks: Default::default(),
+                max_waiting_polls: 0,
             },
         ))
     }

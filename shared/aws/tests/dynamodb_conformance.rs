@@ -1268,3 +1268,49 @@ mod expiry_watches {
         one_watch(&queue, &id, 600, now);
     }
 }
+
+/// The waiting slots' shards on DynamoDB (docs/API.md §6, "Waiting polls"): a cap of 60 is
+/// three shards of 20, and a poll tries every one of three shards, so exactly 60 slots are
+/// taken before the first refusal; handed back, they are free again.
+mod wait_slot_shards {
+    use agentaddress_core::store::conformance::T0;
+    use agentaddress_core::store::prelude::*;
+
+    #[tokio::test]
+    async fn a_cap_over_many_shards_is_reached_exactly() {
+        let store = super::dynamo().await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(T0, |d| i64::try_from(d.as_millis()).unwrap_or(T0))
+            .max(T0);
+        let until = now + 30_000;
+        let mut held = Vec::new();
+        for i in 0..60 {
+            let slot = store
+                .acquire_wait_slot(60, until, now)
+                .await
+                .expect("acquire")
+                .unwrap_or_else(|| panic!("slot {i} of 60 refused"));
+            held.push(slot);
+        }
+        assert_eq!(
+            store
+                .acquire_wait_slot(60, until, now)
+                .await
+                .expect("acquire"),
+            None
+        );
+        let shards: std::collections::BTreeSet<&str> =
+            held.iter().filter_map(|s| s.split('.').nth(1)).collect();
+        assert_eq!(shards.len(), 3, "{shards:?}");
+        for slot in &held {
+            store.release_wait_slot(slot).await.expect("release");
+        }
+        let again = store
+            .acquire_wait_slot(60, until, now)
+            .await
+            .expect("acquire")
+            .expect("free again");
+        store.release_wait_slot(&again).await.expect("release");
+    }
+}

@@ -19,6 +19,8 @@ pub const HTTP_REQUEST_SECONDS: &str = "agentaddress_http_request_duration_secon
 pub const RATE_LIMITED: &str = "agentaddress_rate_limited_total";
 /// Long polls waiting now.
 pub const LONG_POLLS_OPEN: &str = "agentaddress_long_polls_open";
+/// Waits refused because every waiting slot was held (docs/API.md §6, "Waiting polls").
+pub const WAITS_REFUSED: &str = "agentaddress_waits_refused_total";
 /// Event streams open now (docs/API.md §14).
 pub const STREAMS_OPEN: &str = "agentaddress_streams_open";
 /// Requests the store could not serve (HTTP 503 `unavailable` or 500 `internal`): label `kind`.
@@ -55,6 +57,10 @@ pub fn describe() {
     );
     describe_counter!(RATE_LIMITED, "Requests refused with 429 rate_limited.");
     describe_gauge!(LONG_POLLS_OPEN, "Long polls waiting now.");
+    describe_counter!(
+        WAITS_REFUSED,
+        "Long polls and request waits refused (503) because every waiting slot was held."
+    );
     describe_gauge!(STREAMS_OPEN, "Event streams open now.");
     describe_counter!(
         STORE_ERRORS,
@@ -85,6 +91,11 @@ pub fn request(method: &str, route: &str, status: u16, took: Duration) {
     if status == 429 {
         counter!(RATE_LIMITED, "route" => route).increment(1);
     }
+}
+
+/// A wait refused: every waiting slot was held.
+pub fn wait_refused() {
+    counter!(WAITS_REFUSED).increment(1);
 }
 
 /// A request the store could not serve: `kind` is `unavailable` or `internal`.

@@ -43,6 +43,7 @@ async fn endpoints_are_exactly_what_each_group_routes() {
         limits: Limits::default(),
         email_ingest_secret_hash: None,
         poll_checks: Default::default(),
+        max_waiting_polls: 0,
     };
     let state = AppState::new(store, config);
     let mut seen = std::collections::BTreeSet::new();
@@ -101,6 +102,7 @@ async fn the_catch_all_answers_404_and_405_like_the_whole_router() {
         limits: Limits::default(),
         email_ingest_secret_hash: None,
         poll_checks: Default::default(),
+        max_waiting_polls: 0,
     };
     let state = AppState::new(store, config);
     let whole = agentaddress_mcp::router(state.clone());

@@ -99,6 +99,7 @@ impl SqliteStore {
                 signal: FeedSignal::default(),
                 wakeups: options.wakeups,
                 rate: Mutex::new(HashMap::new()),
+                wait_slots: Mutex::new(HashMap::new()),
             }),
         })
     }

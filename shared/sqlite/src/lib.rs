@@ -100,6 +100,8 @@ struct Inner {
     signal: FeedSignal,
     wakeups: bool,
     rate: Mutex<HashMap<String, (i64, u64)>>,
+    /// Waiting slots held (docs/API.md §6, "Waiting polls"): slot id → when it frees itself.
+    wait_slots: Mutex<HashMap<String, Millis>>,
 }
 
 /// See the module docs.

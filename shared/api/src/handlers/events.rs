@@ -111,9 +111,70 @@ pub(crate) async fn charge_poll(
 /// returned charge holds; a waiting poll holds none, and a poll that finds no memory for the
 /// next event waits [`MEMORY_WAIT`] for it, then answers 503 `unavailable`
 /// (`crate::page_budget`).
+///
+/// Where the deployment caps the waits (docs/API.md §6, "Waiting polls"), a poll takes a
+/// waiting slot when it starts to wait — a poll answered at once takes none — and hands it back
+/// when it answers; with none free it answers 503 `unavailable` at once.
 async fn long_poll(
     state: &AppState, client: &str, address_id: &str, q: &FeedQuery, deadline: Instant,
     next_due: Option<crate::domain::Millis>,
+) -> Result<(MatchingPage, Option<Charge>), ApiError> {
+    let mut slot = WaitSlot::default();
+    let answer =
+        long_poll_holding(state, client, address_id, q, deadline, next_due, &mut slot).await;
+    slot.release(state).await;
+    answer
+}
+
+/// Extra time a waiting slot is held past its wait's deadline, before it frees itself
+/// (a process that died mid-wait cannot hand it back).
+const SLOT_MARGIN_MS: i64 = 5_000;
+
+/// A waiting slot held for the rest of a wait (docs/API.md §6, "Waiting polls").
+#[derive(Debug, Default)]
+pub(crate) struct WaitSlot(Option<String>);
+
+impl WaitSlot {
+    /// Takes a slot for a wait ending at `deadline` when the deployment caps waits and none is
+    /// held yet: 503 `unavailable` when every slot is held.
+    pub(crate) async fn take(
+        &mut self, state: &AppState, deadline: Instant,
+    ) -> Result<(), ApiError> {
+        let cap = state.config.max_waiting_polls;
+        if cap == 0 || self.0.is_some() {
+            return Ok(());
+        }
+        let now = state.clock.now();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let until = now
+            .saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX / 4))
+            .saturating_add(SLOT_MARGIN_MS);
+        match state.store.acquire_wait_slot(cap, until, now).await? {
+            Some(slot) => {
+                self.0 = Some(slot);
+                Ok(())
+            }
+            None => {
+                crate::metrics::wait_refused();
+                Err(ApiError::WaitingFull)
+            }
+        }
+    }
+
+    /// Hands the slot back, if one is held.
+    pub(crate) async fn release(self, state: &AppState) {
+        if let Some(slot) = self.0 {
+            if let Err(e) = state.store.release_wait_slot(&slot).await {
+                tracing::warn!(error = %e, "a waiting slot was not handed back; it frees itself when its wait would have ended");
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn long_poll_holding(
+    state: &AppState, client: &str, address_id: &str, q: &FeedQuery, deadline: Instant,
+    next_due: Option<crate::domain::Millis>, slot: &mut WaitSlot,
 ) -> Result<(MatchingPage, Option<Charge>), ApiError> {
     let store = &state.store;
     let filter = q.types.clone().map(TypeFilter::new);
@@ -175,6 +236,7 @@ async fn long_poll(
             }
         }
         let wake = expiry_check.map_or(deadline, |t| t.min(deadline));
+        slot.take(state, deadline).await?;
         waiting.get_or_insert_with(|| crate::metrics::Open::new(crate::metrics::LONG_POLLS_OPEN));
         match &mut wakeups {
             Some(rx) => {
@@ -228,6 +290,15 @@ async fn long_poll(
 pub(crate) async fn wait_for_feed(
     state: &AppState, address_id: &str, head: u64, until: Instant,
 ) -> Result<u64, ApiError> {
+    let mut slot = WaitSlot::default();
+    let answer = wait_for_feed_holding(state, address_id, head, until, &mut slot).await;
+    slot.release(state).await;
+    answer
+}
+
+async fn wait_for_feed_holding(
+    state: &AppState, address_id: &str, head: u64, until: Instant, slot: &mut WaitSlot,
+) -> Result<u64, ApiError> {
     let store = &state.store;
     let mut shutdown = state.shutdown.clone();
     if let Some(signal) = store.feed_signal() {
@@ -237,6 +308,7 @@ pub(crate) async fn wait_for_feed(
         if now_head > head {
             return Ok(now_head);
         }
+        slot.take(state, until).await?;
         tokio::select! {
             _ = rx.changed() => {}
             _ = tokio::time::sleep_until(until) => {}
@@ -250,6 +322,7 @@ pub(crate) async fn wait_for_feed(
         if Instant::now() >= until || *shutdown.borrow() {
             return Ok(head);
         }
+        slot.take(state, until).await?;
         let nap = backoff.min(until.saturating_duration_since(Instant::now()));
         tokio::select! {
             _ = tokio::time::sleep(nap) => {}

@@ -61,6 +61,7 @@ impl App {
                 limits: Limits::default(),
                 email_ingest_secret_hash: None,
                 poll_checks: Default::default(),
+                max_waiting_polls: 0,
             },
         )
         .with_clock(Arc::new(ManualClock::starting_now()));

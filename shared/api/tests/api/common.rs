@@ -275,8 +275,20 @@ impl TestApp {
         Self::build(Limits::default(), Some(Arc::new(sender)))
     }
 
+    /// The default limits, with at most `cap` waits at once (docs/API.md §6, "Waiting polls").
+    pub fn with_waiting_cap(cap: u64) -> Self {
+        Self::build_with(Limits::default(), None, cap)
+    }
+
     fn build(
         limits: Limits, caller: Option<Arc<dyn agentaddress_core::relay::HookCaller>>,
+    ) -> Self {
+        Self::build_with(limits, caller, 0)
+    }
+
+    fn build_with(
+        limits: Limits, caller: Option<Arc<dyn agentaddress_core::relay::HookCaller>>,
+        max_waiting_polls: u64,
     ) -> Self {
         let store = Arc::new(SqliteStore::open_in_memory().expect("open in-memory SQLite"));
         let clock = Arc::new(ManualClock::starting_now());
@@ -288,6 +300,7 @@ impl TestApp {
                 limits: limits.clone(),
                 email_ingest_secret_hash: None,
                 poll_checks: Default::default(),
+                max_waiting_polls,
             },
         )
         .with_clock(clock.clone())

@@ -315,6 +315,7 @@ fn app_with_ids() -> (axum::Router, Arc<SqliteStore>, IdSource) {
             limits: Limits::default(),
             email_ingest_secret_hash: None,
             poll_checks: Default::default(),
+            max_waiting_polls: 0,
         },
     )
     .with_address_ids(Arc::new(move || ids.next()));

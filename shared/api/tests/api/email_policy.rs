@@ -202,6 +202,7 @@ fn app_with_ingest() -> axum::Router {
             limits: Limits::default(),
             email_ingest_secret_hash: Some(ids::hash_secret(INGEST_SECRET)),
             poll_checks: Default::default(),
+            max_waiting_polls: 0,
         },
     )
     .with_clock(Arc::new(ManualClock::starting_now()));

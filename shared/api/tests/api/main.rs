@@ -25,3 +25,4 @@ mod stream;
 mod timers;
 mod verification;
 mod viewer;
+mod waiting;

@@ -33,6 +33,11 @@ pub fn new_address_id() -> String {
     format!("{ADDRESS_PREFIX}{}", random_b64(16))
 }
 
+/// A new waiting slot's id (docs/API.md §6, "Waiting polls"): `ws_` and 96 random bits.
+pub fn new_wait_slot_id() -> String {
+    format!("ws_{}", random_b64(12))
+}
+
 /// The key an address is found by from an email address: the address lower-cased (ASCII).
 /// Matching is case-insensitive because real mail systems and people change the case of local
 /// parts, while ids are case-sensitive; stores keep this key unique (docs/API.md §1, `email`).

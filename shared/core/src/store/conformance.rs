@@ -18,6 +18,8 @@ mod email_policy;
 pub use email_policy::*;
 mod filtered;
 pub use filtered::*;
+mod wait_slots;
+pub use wait_slots::*;
 
 /// A fixed start time for every case: 2027-01-15T08:00:00Z.
 pub const T0: Millis = 1_800_000_000_000;
@@ -42,7 +44,7 @@ macro_rules! store_conformance_tests {
             tombstones_are_found_by_email_until_forgotten, verification_is_stored_rotated_and_removed,
             filtered_reads_return_matches_and_pass_the_others, filtered_reads_examine_a_bounded_range,
             filtered_pages_are_cut_at_limit_and_bytes, email_policy_is_stored_replaced_and_removed,
-            email_refusals_are_counted
+            email_refusals_are_counted, wait_slots_are_capped_handed_back_and_free_themselves
         );
     };
 }

@@ -841,4 +841,18 @@ pub trait RateLimits: Send + Sync + 'static {
     async fn hit_rate_limit(
         &self, scope: &str, limit: u64, now: Millis,
     ) -> StoreResult<Option<u64>>;
+
+    /// Takes one of `cap` waiting slots until `until` (docs/API.md §6, "Waiting polls": a
+    /// deployment may cap the long polls waiting at once, so that waiting never takes the
+    /// capacity deliveries need). `Ok(Some(slot))`: hand it back with
+    /// [`RateLimits::release_wait_slot`] when the wait ends; `Ok(None)`: every slot is held.
+    /// A slot never released (a process that died) frees itself at `until`. The cap is exact
+    /// on one process; a store shared by many processes may refuse a little before it (its
+    /// slots are kept in shards, each with its share of the cap).
+    async fn acquire_wait_slot(
+        &self, cap: u64, until: Millis, now: Millis,
+    ) -> StoreResult<Option<String>>;
+
+    /// Hands back a slot of [`RateLimits::acquire_wait_slot`] (one already freed: nothing).
+    async fn release_wait_slot(&self, slot: &str) -> StoreResult<()>;
 }
