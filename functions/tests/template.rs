@@ -479,3 +479,26 @@ fn receivers_have_reserved_concurrency_and_waits_a_cap() {
         .unwrap_or(0);
     assert!(per * receivers.len() as u64 + waits <= 900);
 }
+
+/// Hot addresses (docs/SCALE.md, "Hot addresses"): an alarm fires when the table throttles
+/// (reads or writes), and `HotKeyInsights` turns on DynamoDB Contributor Insights, which names
+/// the throttled partition keys — the hot addresses.
+#[test]
+fn a_hot_address_is_alarmed_and_can_be_named() {
+    let t = template();
+    let alarm = &t["Resources"]["TableThrottleAlarm"]["Properties"];
+    let metrics = format!("{:?}", alarm["Metrics"]);
+    for m in ["ReadThrottleEvents", "WriteThrottleEvents", "AWS/DynamoDB"] {
+        assert!(metrics.contains(m), "TableThrottleAlarm lacks {m}");
+    }
+    assert!(format!("{:?}", alarm["AlarmActions"]).contains("AlarmTopic"));
+    let insights = format!(
+        "{:?}",
+        t["Resources"]["Table"]["Properties"]["ContributorInsightsSpecification"]
+    );
+    assert!(insights.contains("HotKeyInsightsOn"), "{insights}");
+    assert_eq!(
+        t["Parameters"]["HotKeyInsights"]["AllowedValues"],
+        serde_norway::from_str::<Value>("[\"true\", \"false\"]").expect("yaml")
+    );
+}
