@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -106,15 +107,30 @@ pub enum Action {
 
 /// A scripted fault: the next `count` requests of `operation` (any operation when `None`) get
 /// `action`, before any random decision. The first matching rule with a count left applies.
+///
+/// `key` narrows a rule to the requests whose body contains that string — in practice one
+/// address's partition key, since every item of an address carries its id in its key: a hot
+/// partition. `per_second` then lets that many matching requests a second through untouched
+/// (neither faulted nor counted against `count`) and gives the rest `action`, as DynamoDB lets a
+/// partition have its share of throughput and throttles what is beyond it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     /// The operation as named by `X-Amz-Target` after the dot, e.g. `TransactWriteItems`.
     #[serde(default)]
     pub operation: Option<String>,
+    /// Only requests whose body contains this string (e.g. an address id).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Matching requests let through untouched each second before `action` applies.
+    #[serde(default)]
+    pub per_second: Option<u32>,
     pub action: Action,
     #[serde(default = "one")]
     pub count: u32,
+    /// The current one-second window of `per_second`: its start and the requests let through.
+    #[serde(skip)]
+    window: Option<(Instant, u32)>,
 }
 
 fn one() -> u32 {
@@ -126,10 +142,55 @@ impl Rule {
     pub fn new(operation: impl Into<String>, action: Action, count: u32) -> Self {
         Self {
             operation: Some(operation.into()),
+            key: None,
+            per_second: None,
             action,
             count,
+            window: None,
         }
     }
+
+    /// Every request whose body contains `key` — one address's partition, when `key` is its
+    /// id — gets `action` beyond `per_second` a second, until the rules are replaced.
+    pub fn hot_key(key: impl Into<String>, per_second: u32, action: Action) -> Self {
+        Self {
+            operation: None,
+            key: Some(key.into()),
+            per_second: Some(per_second),
+            action,
+            count: u32::MAX,
+            window: None,
+        }
+    }
+
+    fn matches(&self, op: &str, body: &[u8]) -> bool {
+        self.count > 0
+            && self.operation.as_deref().is_none_or(|o| o == op)
+            && self
+                .key
+                .as_deref()
+                .is_none_or(|k| contains(body, k.as_bytes()))
+    }
+
+    /// Whether this matching request is within the rule's share of the current second.
+    fn within_budget(&mut self, now: Instant) -> bool {
+        let Some(budget) = self.per_second else {
+            return false;
+        };
+        let (start, used) = match self.window {
+            Some((start, used)) if now.duration_since(start) < Duration::from_secs(1) => {
+                (start, used)
+            }
+            _ => (now, 0),
+        };
+        let within = used < budget;
+        self.window = Some((start, used.saturating_add(u32::from(within))));
+        within
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Start-up settings.
@@ -200,6 +261,57 @@ pub struct OperationStats {
     pub forwarded: u64,
     pub failed_before: u64,
     pub dropped_after: u64,
+    /// Read capacity units the upstream reported consumed (`ConsumedCapacity` of its relayed
+    /// answers, for requests that asked for it), in thousandths.
+    #[serde(default)]
+    pub read_milli_units: u64,
+    /// Write capacity units likewise, in thousandths.
+    #[serde(default)]
+    pub write_milli_units: u64,
+}
+
+/// Operations whose bare `CapacityUnits` total counts as read units (all others write).
+const READ_OPERATIONS: [&str; 5] = [
+    "GetItem",
+    "Query",
+    "Scan",
+    "BatchGetItem",
+    "TransactGetItems",
+];
+
+/// The capacity units (read, write), in thousandths, that a DynamoDB answer to `op` reports
+/// consumed: `ConsumedCapacity` as one object or a list of them; `ReadCapacityUnits` and
+/// `WriteCapacityUnits` when given, else the bare `CapacityUnits` (all DynamoDB Local reports)
+/// by the kind of operation. Nothing for a body that is not such JSON.
+pub fn consumed_milli_units(op: &str, body: &[u8]) -> (u64, u64) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (0, 0);
+    };
+    let items: Vec<&serde_json::Value> = match v.get("ConsumedCapacity") {
+        Some(serde_json::Value::Array(list)) => list.iter().collect(),
+        Some(one @ serde_json::Value::Object(_)) => vec![one],
+        _ => return (0, 0),
+    };
+    let milli = |x: f64| (x * 1000.0).round().max(0.0) as u64;
+    let is_read = READ_OPERATIONS.contains(&op);
+    let (mut read, mut write) = (0, 0);
+    for c in items {
+        let units = |k: &str| c.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+        let (r, w, total) = (
+            units("ReadCapacityUnits"),
+            units("WriteCapacityUnits"),
+            units("CapacityUnits"),
+        );
+        if r != 0.0 || w != 0.0 {
+            read += milli(r);
+            write += milli(w);
+        } else if is_read {
+            read += milli(total);
+        } else {
+            write += milli(total);
+        }
+    }
+    (read, write)
 }
 
 /// What the proxy did so far.
@@ -354,15 +466,20 @@ impl State {
         kind
     }
 
-    /// Decides one request of `op` and counts it.
-    fn decide(&mut self, op: &str) -> Decision {
+    /// Decides one request of `op` with this body and counts it.
+    fn decide(&mut self, op: &str, body: &[u8]) -> Decision {
+        let now = Instant::now();
         let scripted = self
             .rules
             .iter_mut()
-            .find(|r| r.count > 0 && r.operation.as_deref().is_none_or(|o| o == op))
+            .find(|r| r.matches(op, body))
             .map(|r| {
-                r.count -= 1;
-                r.action
+                if r.within_budget(now) {
+                    Action::Pass
+                } else {
+                    r.count -= 1;
+                    r.action
+                }
             });
         self.rules.retain(|r| r.count > 0);
         let decision = match scripted {
@@ -510,9 +627,10 @@ async fn admin(shared: &Shared, req: Request<Incoming>) -> Result<Response<Full<
     })
 }
 
-/// Sends the request upstream and reads the whole response.
+/// Sends the request upstream and reads the whole response, counting the capacity it reports
+/// consumed (whether or not the response is then dropped: the upstream did the work).
 async fn forward(
-    shared: &Shared, parts: http::request::Parts, body: Bytes,
+    shared: &Shared, op: &str, parts: http::request::Parts, body: Bytes,
 ) -> Result<Response<Full<Bytes>>, String> {
     let mut uri = shared.upstream.clone().into_parts();
     if let Some(pq) = parts.uri.path_and_query() {
@@ -534,6 +652,13 @@ async fn forward(
         .await
         .map_err(|e| format!("reading the upstream response: {e}"))?
         .to_bytes();
+    let (read, write) = consumed_milli_units(op, &bytes);
+    if read > 0 || write > 0 {
+        let mut state = shared.state();
+        let per_op = state.stats.operations.entry(op.to_owned()).or_default();
+        per_op.read_milli_units += read;
+        per_op.write_milli_units += write;
+    }
     let mut out = Response::new(Full::new(bytes));
     *out.status_mut() = rparts.status;
     copy_headers(&rparts.headers, out.headers_mut());
@@ -554,10 +679,10 @@ async fn handle(
         .await
         .map_err(Closed::RequestBody)?
         .to_bytes();
-    let decision = shared.state().decide(&op);
+    let decision = shared.state().decide(&op, &body);
     match decision {
         Decision::Fail(kind) => Ok(injected(kind)),
-        Decision::Forward | Decision::Drop => match forward(&shared, parts, body).await {
+        Decision::Forward | Decision::Drop => match forward(&shared, &op, parts, body).await {
             Ok(resp) if decision == Decision::Drop => {
                 let mut state = shared.state();
                 state.stats.dropped_after += 1;
@@ -742,7 +867,7 @@ mod tests {
     #[test]
     fn failures_rotate_through_every_kind() {
         let mut s = state(1.0, 0.0, 3);
-        let kinds: Vec<Decision> = (0..4).map(|_| s.decide("PutItem")).collect();
+        let kinds: Vec<Decision> = (0..4).map(|_| s.decide("PutItem", b"")).collect();
         assert_eq!(
             kinds,
             vec![
@@ -762,7 +887,7 @@ mod tests {
     fn decisions_follow_the_seed_and_the_rates() {
         let run = |seed| {
             let mut s = state(0.25, 0.25, seed);
-            (0..2000).map(|_| s.decide("X")).collect::<Vec<_>>()
+            (0..2000).map(|_| s.decide("X", b"")).collect::<Vec<_>>()
         };
         let a = run(7);
         assert_eq!(a, run(7), "same seed, same decisions");
@@ -780,18 +905,76 @@ mod tests {
             .push(Rule::new("TransactWriteItems", Action::Drop, 1));
         s.rules.push(Rule {
             operation: None,
-            action: Action::Throttling,
-            count: 1,
+            ..Rule::new("", Action::Throttling, 1)
         });
         assert_eq!(
-            s.decide("GetItem"),
+            s.decide("GetItem", b""),
             Decision::Fail(FailKind::Throttling),
             "the catch-all rule"
         );
-        assert_eq!(s.decide("GetItem"), Decision::Forward);
-        assert_eq!(s.decide("TransactWriteItems"), Decision::Drop);
-        assert_eq!(s.decide("TransactWriteItems"), Decision::Forward);
+        assert_eq!(s.decide("GetItem", b""), Decision::Forward);
+        assert_eq!(s.decide("TransactWriteItems", b""), Decision::Drop);
+        assert_eq!(s.decide("TransactWriteItems", b""), Decision::Forward);
         assert!(s.rules.is_empty());
+    }
+
+    #[test]
+    fn a_hot_key_is_throttled_beyond_its_share_and_others_pass() {
+        let mut s = state(0.0, 0.0, 1);
+        s.rules
+            .push(Rule::hot_key("addr_hot", 3, Action::Throttling));
+        let hot = br#"{"Key":{"pk":{"S":"A#addr_hot"}}}"#;
+        let cold = br#"{"Key":{"pk":{"S":"A#addr_cold"}}}"#;
+        let hot_decisions: Vec<Decision> = (0..5).map(|_| s.decide("GetItem", hot)).collect();
+        assert_eq!(
+            hot_decisions,
+            vec![
+                Decision::Forward,
+                Decision::Forward,
+                Decision::Forward,
+                Decision::Fail(FailKind::Throttling),
+                Decision::Fail(FailKind::Throttling),
+            ],
+            "three a second pass, the rest are throttled"
+        );
+        for _ in 0..10 {
+            assert_eq!(s.decide("PutItem", cold), Decision::Forward);
+        }
+        assert_eq!(s.rules.len(), 1, "the rule lasts until replaced");
+        // The next second has a share of its own.
+        if let Some((start, used)) = s.rules[0].window {
+            s.rules[0].window = Some((start - Duration::from_secs(2), used));
+        }
+        assert_eq!(s.decide("Query", hot), Decision::Forward);
+        let rule: Rule = serde_json::from_str(
+            r#"{"key": "addr_x", "per_second": 0, "action": "throttling", "count": 9}"#,
+        )
+        .expect("a rule with a key parses");
+        assert_eq!(rule.key.as_deref(), Some("addr_x"));
+    }
+
+    #[test]
+    fn consumed_capacity_is_read_from_answers() {
+        assert_eq!(
+            consumed_milli_units("GetItem", br#"{"ConsumedCapacity":{"CapacityUnits":0.5}}"#),
+            (500, 0)
+        );
+        assert_eq!(
+            consumed_milli_units(
+                "TransactWriteItems",
+                br#"{"ConsumedCapacity":[{"CapacityUnits":4.0},{"CapacityUnits":2.0}]}"#
+            ),
+            (0, 6000)
+        );
+        assert_eq!(
+            consumed_milli_units(
+                "UpdateItem",
+                br#"{"ConsumedCapacity":{"CapacityUnits":3,"ReadCapacityUnits":1,"WriteCapacityUnits":2}}"#
+            ),
+            (1000, 2000)
+        );
+        assert_eq!(consumed_milli_units("Query", b"not json"), (0, 0));
+        assert_eq!(consumed_milli_units("Query", br#"{"Items":[]}"#), (0, 0));
     }
 
     #[test]

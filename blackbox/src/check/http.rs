@@ -19,6 +19,8 @@ use super::history::{Op, OpKind, Outcome, Phase};
 pub struct Progress {
     issued: AtomicU64,
     workload_done: AtomicBool,
+    /// The ids of the addresses created so far, in order.
+    addresses: Mutex<Vec<String>>,
 }
 
 impl Progress {
@@ -30,6 +32,22 @@ impl Progress {
     /// The random mix has stopped (consumers may still be draining).
     pub fn workload_done(&self) -> bool {
         self.workload_done.load(Ordering::Relaxed)
+    }
+
+    /// The ids of the addresses the check has created so far, in order (the first is the one
+    /// the workload's clients contend for most: the hot-address test throttles it).
+    pub fn addresses(&self) -> Vec<String> {
+        self.addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(crate) fn created(&self, id: &str) {
+        self.addresses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(id.to_owned());
     }
 
     pub(crate) fn finish_workload(&self) {

@@ -580,6 +580,7 @@ impl Ctx {
 
     /// Adds a created address to the pool and starts its consumers.
     fn add(self: &Arc<Self>, addr: Addr) -> usize {
+        self.rec.progress.created(&addr.id);
         let (tx, _) = watch::channel(Activity::Idle);
         let a = {
             let mut slots = Self::lock(&self.slots);

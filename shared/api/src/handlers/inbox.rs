@@ -106,7 +106,7 @@ pub async fn deliver(
         .await
         .map_err(|e| match e {
             StoreError::AddressNotFound => unknown(),
-            other => other.into(),
+            other => refused(&address_id, other),
         })?;
     let status = if appended.duplicate {
         StatusCode::OK
@@ -120,6 +120,16 @@ pub async fn deliver(
             event: appended.event.into(),
         },
     ))
+}
+
+/// A store failure of a delivery, as an answer. An unavailable store is logged with the address
+/// (a warning a log query can count by `address_id`): on DynamoDB it is most often that
+/// address's partition throttled — a hot address (docs/SCALE.md, "Hot addresses").
+fn refused(address_id: &str, e: StoreError) -> ApiError {
+    if let StoreError::Unavailable(detail) = &e {
+        tracing::warn!(%address_id, %detail, "delivery refused: the store is unavailable for this address (throttled?)");
+    }
+    e.into()
 }
 
 /// Handshakes answered per address per minute (docs/API.md §22): providers send one when a URL
@@ -138,7 +148,8 @@ async fn inbox_address(
     let record = state
         .store
         .get_address(address_id, now)
-        .await?
+        .await
+        .map_err(|e| refused(address_id, e))?
         .ok_or_else(unknown)?;
     if !ids::verify_secret(inbox_secret, &record.inbox_hash) {
         return Err(unknown());
