@@ -160,6 +160,46 @@ async fn permissions_of_the_credentials() {
     assert_eq!(mode(&nested.join("nested.json")), 0o600);
     cli.assert_never_printed(&cli.token("perm"));
     c2.assert_never_printed(&c2.token("nested"));
+
+    // A file its group or others may use is refused before it is read (docs/CLI.md,
+    // "Credentials files"); fields a newer writer added survive the CLI's rewrite.
+    use std::os::unix::fs::PermissionsExt;
+    let path = cli.file("perm");
+    let mut saved = cli.saved("perm");
+    saved["written_by"] = json!({"client": "python", "version": 2});
+    std::fs::write(&path, saved.to_string()).unwrap();
+    for bits in [0o644, 0o640, 0o602] {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(bits)).unwrap();
+        let e = cli
+            .fails(&["poll", "perm"], 1, "credentials_insecure")
+            .await;
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(message.contains("chmod 600"), "{e}");
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let inbox = saved["inbox_url"].as_str().unwrap_or_default().to_owned();
+    let r = reqwest::Client::new()
+        .post(&inbox)
+        .json(&json!({"type": "t"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let page = cli.ok(&["poll", "perm"]).await;
+    let id = page["events"][0]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    cli.ok(&["ack", "perm", &id]).await;
+    let after = cli.saved("perm");
+    assert_eq!(after["cursor"], 1, "{after}");
+    assert_eq!(
+        after["written_by"],
+        json!({"client": "python", "version": 2}),
+        "an unknown field survives the CLI's rewrite"
+    );
+    assert_eq!(mode(&path), 0o600);
+    cli.assert_never_printed(&cli.token("perm"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,6 +42,10 @@ pub struct Credentials {
     /// a receiver needs one to verify its wakes, and the server shows it only once.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub hook_secrets: std::collections::BTreeMap<String, String>,
+    /// Fields a newer writer added (the Python and TypeScript clients share these files), kept
+    /// as they are when this file is written again: the format grows by adding fields.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Credentials {
@@ -62,6 +66,7 @@ impl Credentials {
             expires_at: None,
             cursor: 0,
             hook_secrets: Default::default(),
+            other: Default::default(),
         }
     }
 }
@@ -117,6 +122,7 @@ fn io_error(what: &str, path: &Path, e: &std::io::Error) -> CliError {
 /// Reads the credentials of `task` (`unknown_task` when there are none).
 pub fn load(dir: &Path, task: &str) -> Result<Credentials> {
     let path = path_of(dir, task);
+    refuse_if_exposed(&path)?;
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -140,6 +146,33 @@ pub fn load(dir: &Path, task: &str) -> Result<Credentials> {
             ),
         )
     })
+}
+
+/// A credentials file that others may read (or write) is refused before it is read: its token
+/// may already be someone else's, and using it would hide that (docs/CLI.md, "Credentials
+/// files"). A missing file is left to the read, which names the task.
+fn refuse_if_exposed(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = match fs::metadata(path) {
+            Ok(meta) => meta.permissions().mode() & 0o777,
+            Err(_) => return Ok(()),
+        };
+        if mode & 0o077 != 0 {
+            return Err(CliError::new(
+                "credentials_insecure",
+                format!(
+                    "the credentials file {} has mode {mode:04o}: others may read its token, so                      it is not used. If nobody else could have read it, run `chmod 600 {}`;                      otherwise treat the token as leaked",
+                    path.display(),
+                    path.display()
+                ),
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// A parse error described without any of the parsed text (which may hold a secret).

@@ -123,6 +123,7 @@ pub const CLIENT_CODES: &[(&str, u8)] = &[
     ("file_exists", exit::CONFLICT),
     ("bad_response", exit::OTHER),
     ("credentials_error", exit::OTHER),
+    ("credentials_insecure", exit::OTHER),
     ("output_error", exit::OTHER),
     ("timed_out", exit::TIMED_OUT),
     ("interrupted", exit::INTERRUPTED),

@@ -31,7 +31,7 @@ pub struct TimerView {
     /// `pending`, `fired` or `cancelled`.
     pub status: String,
     /// The `data` it was given (`null` without), which its event carries as `data.data`.
-    #[schema(value_type = Object, nullable = true)]
+    #[schema(value_type = serde_json::Value)]
     pub data: Value,
     /// RFC 3339.
     pub created_at: String,

@@ -67,10 +67,12 @@ impl utoipa::PartialSchema for TimerRequest {
                 )
                 .property(
                     "data",
-                    ObjectBuilder::new().description(Some(format!(
-                        "Any JSON, at most {MAX_TIMER_DATA_BYTES} bytes: the event's \
+                    ObjectBuilder::new()
+                        .schema_type(SchemaType::AnyValue)
+                        .description(Some(format!(
+                            "Any JSON, at most {MAX_TIMER_DATA_BYTES} bytes: the event's \
                          `data.data`."
-                    ))),
+                        ))),
                 )
                 .build(),
         ))
