@@ -76,6 +76,22 @@ pub async fn front_door(d: &Deployment<'_>) {
     }
     let fetched = run_async(&b, FETCH_EACH, vec![json!(links)]).await;
     for answer in fetched.as_array().into_iter().flatten() {
+        // A 5xx in `text/plain` is not this service's (its errors are JSON): on the Lambda stack
+        // it is the local emulator's own failure to relay an invocation (seen once in a CI run,
+        // with the function's log showing its 200). Such a link is fetched again, once; what
+        // the service answers must be 200.
+        let emulator_failure = answer[1].as_u64().is_some_and(|s| s >= 500)
+            && answer[2]
+                .as_str()
+                .is_some_and(|t| t.starts_with("text/plain"));
+        if emulator_failure {
+            let url = answer[0].as_str().unwrap_or_default();
+            eprintln!("front door: {answer} (not the service's answer); fetching it again");
+            c.get(url, None)
+                .await
+                .expect_status(200, &format!("a link of the page, again: {url}"));
+            continue;
+        }
         assert_eq!(answer[1], 200, "a link of the page: {answer}");
     }
     assert_eq!(

@@ -287,6 +287,27 @@ async fn a_refused_message_appends_nothing_and_replay_delivers_it_once_fixed() {
     email::replay(&c, &a, &ses_id)
         .await
         .expect_status(400, "a refused message stays refused");
+    // Sender rules set since it came refuse it first, and the answer says so (docs/API.md §11).
+    let policy = format!("{}/email/policy", a.root);
+    c.json(
+        "PUT",
+        &policy,
+        Some(&a.token),
+        &serde_json::json!({"allow": ["someone@elsewhere.example"]}),
+    )
+    .await
+    .expect_status(200, "sender rules");
+    let r = email::replay(&c, &a, &ses_id).await;
+    r.expect_error(
+        400,
+        "invalid_request",
+        "a replay refused by the sender rules",
+    );
+    assert!(r.text.contains("sender rules"), "{}", r.text);
+    c.send("DELETE", &policy, Some(&a.token), &[], None)
+        .await
+        .expect_status(204, "sender rules removed");
+    assert!(events(&c, &a, 0).await.is_empty(), "nothing appended");
 
     // Fixed by an operator (the object rewritten whole), then replayed by the address.
     let fixed = as_ses_stored(

@@ -476,7 +476,22 @@ pub async fn replay_email(
                 },
             ))
         }
-        agentaddress_email::ProviderOutcome::Settled(_) => Err(not_found()),
+        agentaddress_email::ProviderOutcome::Settled(delivery) => {
+            // Refused for good by this address's sender rules (set after the message came):
+            // a replay is one more refused arrival (counted in `email.refused_count`), and
+            // the answer says why, as for any other refusal of the stored message.
+            match delivery.rejected.first().map(|r| &r.rejection) {
+                Some(refusal @ agentaddress_email::Rejection::SenderRefused(_)) => {
+                    Err(ApiError::invalid(format!(
+                        "The stored message is refused: {}. Change or remove the sender \
+                         rules (PUT or DELETE {{root}}/email/policy) to let it in, then replay \
+                         it.",
+                        refusal.smtp_reply().text
+                    )))
+                }
+                _ => Err(not_found()),
+            }
+        }
         agentaddress_email::ProviderOutcome::Retry(delivery, _) => {
             match delivery.rejected.first().map(|r| &r.rejection) {
                 Some(r) => Err(rejection_error(r)),
