@@ -154,20 +154,28 @@ impl Browser {
         const STYLED: &str = "return [...document.querySelectorAll('link[rel=stylesheet]')]\
             .every(l => { try { return !!l.sheet && l.sheet.cssRules.length > 0 } \
                           catch (e) { return false } })";
-        const FETCHED: &str = "return performance.getEntriesByType('resource')\
-            .map(r => r.name + ' ' + (r.responseStatus ?? '?'))";
         for attempt in 1..=3 {
             self.open(url).await;
             if self.js(STYLED, vec![]).await == Value::Bool(true) {
                 return;
             }
-            let fetched = self.js(FETCHED, vec![]).await;
+            let fetched = self.resources_fetched().await;
             assert!(
                 attempt < 3,
                 "{url}: a style sheet did not arrive in three loads; fetched {fetched}"
             );
             eprintln!("{url}: a style sheet did not arrive (fetched {fetched}); loading it again");
         }
+    }
+
+    /// What the page fetched, each with its HTTP status and duration: said when a page did not come up whole.
+    pub async fn resources_fetched(&self) -> Value {
+        self.js(
+            "return performance.getEntriesByType('resource')\
+             .map(r => r.name + ' ' + (r.responseStatus ?? '?') + ' ' + Math.round(r.duration) + ' ms')",
+            vec![],
+        )
+        .await
     }
 
     /// Runs `script` (a function body; `arguments` holds `args`) in the page.

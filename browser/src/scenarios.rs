@@ -34,8 +34,6 @@ const ROW: &str = "return !!document.querySelector('li[data-event-id=\"' + argum
 /// form without its script would submit natively and the test would fail far from the cause.
 async fn open_inbox(b: &Browser, c: &Client) {
     const READY: &str = "return document.documentElement.dataset.ready === 'true'";
-    const FETCHED: &str = "return performance.getEntriesByType('resource')\
-        .map(r => r.name + ' ' + (r.responseStatus ?? '?') + ' ' + Math.round(r.duration) + ' ms')";
     for attempt in 1..=3 {
         b.open(&c.url("/inbox")).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -48,7 +46,7 @@ async fn open_inbox(b: &Browser, c: &Client) {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let fetched = b.js(FETCHED, vec![]).await;
+        let fetched = b.resources_fetched().await;
         assert!(
             attempt < 3,
             "the inbox page's script did not run in 3 loads; the last one fetched {fetched}"
@@ -1138,15 +1136,19 @@ pub async fn sign_in_link(d: &Deployment<'_>, a: &Address, link: &str) {
                 return !m.hidden && m.textContent.includes('already used') ? m.textContent : null";
     // Through the Lambda stack, the page's script comes through cargo-lambda's gateway
     // emulator, which now and then answers a 500 of its own under load (see
-    // `Client::behind_gateway`): the page then stays static. It is opened once more; a used
-    // link must say so either time.
+    // `Client::behind_gateway`): the page then stays static. It is opened once more, from a
+    // blank page (the same URL again, fragment and all, would be a same-document navigation
+    // that loads nothing); a used link must say so either time.
     let message = match b.try_until(SOON, used, &[]).await {
         Some(m) => m,
         None => {
             eprintln!(
-                "the used link's page said nothing within {SOON:?} ({}); opening it once more",
-                b.page_text().await.replace('\n', " ")
+                "the used link's page said nothing within {SOON:?} ({}; fetched {}); \
+                 opening it once more",
+                b.page_text().await.replace('\n', " "),
+                b.resources_fetched().await,
             );
+            b.open("about:blank").await;
             b.open(link).await;
             b.until(SOON, "the page says the link was used", used, &[])
                 .await

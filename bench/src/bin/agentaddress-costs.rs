@@ -28,6 +28,9 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
+#[path = "../in_process.rs"]
+mod in_process;
+
 /// Measures what each API operation costs on DynamoDB: requests sent and capacity units
 /// consumed (`ReturnConsumedCapacity=TOTAL`), by driving the real router in-process over the
 /// real `DynamoStore`, then the query loop's delivery delay. Point it at DynamoDB Local (or a
@@ -61,39 +64,11 @@ struct Bench {
     store: DynamoStore,
 }
 
+/// One request to the router, as the bench's host.
 async fn call(
     app: &Router, method: &str, uri: &str, token: Option<&str>, body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("host", "costs.local");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let req = match body {
-        Some(b) => req
-            .header("content-type", "application/json")
-            .body(Body::from(b.to_string())),
-        None => req.body(Body::empty()),
-    }
-    .unwrap_or_else(|e| panic!("request: {e}"));
-    let resp = app
-        .clone()
-        .oneshot(req)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let status = resp.status().as_u16();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+    in_process::call(app, "costs.local", method, uri, token, body.as_ref()).await
 }
 
 impl Bench {

@@ -19,14 +19,12 @@ use std::time::{Duration, Instant};
 use agentaddress_api::config::ServiceConfig;
 use agentaddress_api::{self as api, ApiConfig, AppState};
 use agentaddress_aws::AwsConfig;
-use axum::body::Body;
-use axum::http::Request;
 use axum::Router;
 use clap::Parser;
-use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
+#[path = "../in_process.rs"]
+mod in_process;
 #[path = "../procstat.rs"]
 mod procstat;
 
@@ -41,35 +39,11 @@ struct Args {
     wait: u64,
 }
 
-async fn call(app: &Router, method: &str, uri: &str, token: Option<&str>) -> (u16, Value) {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("host", "waits.local");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let body = if method == "POST" {
-        req = req.header("content-type", "application/json");
-        Body::from(json!({"name": "waits"}).to_string())
-    } else {
-        Body::empty()
-    };
-    let Ok(req) = req.body(body) else {
-        return (0, Value::Null);
-    };
-    let Ok(resp) = app.clone().oneshot(req).await;
-    let status = resp.status().as_u16();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
+/// One request to the router, as the waits' host.
+async fn call(
+    app: &Router, method: &str, uri: &str, token: Option<&str>, body: Option<&Value>,
+) -> (u16, Value) {
+    in_process::call(app, "waits.local", method, uri, token, body).await
 }
 
 fn main() {
@@ -105,7 +79,14 @@ async fn run(args: Args) -> Result<(), String> {
     let most = args.polls.iter().copied().max().unwrap_or(0);
     let mut addresses = Vec::with_capacity(most);
     for _ in 0..most {
-        let (status, created) = call(&app, "POST", "/api/v1/addresses", None).await;
+        let (status, created) = call(
+            &app,
+            "POST",
+            "/api/v1/addresses",
+            None,
+            Some(&json!({"name": "waits"})),
+        )
+        .await;
         if status != 201 {
             return Err(format!("create address: {status} {created}"));
         }
@@ -138,7 +119,7 @@ async fn run(args: Args) -> Result<(), String> {
             tasks.push(tokio::spawn(async move {
                 let (id, token) = &addresses[i];
                 let uri = format!("/api/v1/addresses/{id}/events?after=0&wait={wait}");
-                call(&app, "GET", &uri, Some(token)).await.0
+                call(&app, "GET", &uri, Some(token), None).await.0
             }));
         }
         // Memory is sampled while every poll waits (halfway).
