@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 
 import httpx
 
-from agentaddress_client import Client
+from agentaddress_client import AsyncClient, Client
 
 
 def _invoke(tool: Any, args: dict[str, Any]) -> Any:
@@ -143,3 +143,115 @@ def test_langgraph_interrupt_resumes_with_the_persons_answer(client: Client) -> 
     threading.Thread(target=person, daemon=True).start()
     final = run(graph, {"build": 8}, config2, a, timeout=30)
     assert final["decision"] == "Deploy"
+
+
+def test_openai_agents_tools_over_the_async_client(server: Any) -> None:
+    """The tools over an AsyncAddress, in one event loop: a tool that waits (for an answer)
+    leaves the loop free, so the person's answer, posted by a task of the same loop, reaches
+    it."""
+    from agents.tool_context import ToolContext
+
+    from agentaddress_client.openai_agents import tools
+
+    async def main() -> None:
+        async with AsyncClient(server.base) as c:
+            a = await c.create_address()
+            token = a._AddressCore__token
+            ts = {t.name: t for t in tools(a)}
+            results: list[Any] = []
+
+            async def invoke(name: str, args: dict[str, Any]) -> Any:
+                raw = json.dumps(args)
+                ctx = ToolContext(
+                    context=None, tool_name=name, tool_call_id="c", tool_arguments=raw
+                )
+                out = json.loads(await ts[name].on_invoke_tool(ctx, raw))
+                results.append(out)
+                return out
+
+            await a.deliver({"type": "ci.finished"})
+            got = await invoke("wait_for_events", {"wait_seconds": 5, "types": None})
+            assert [e["type"] for e in got["events"]] == ["ci.finished"]
+            await invoke("acknowledge_event", {"event_id": got["events"][0]["id"]})
+            assert (await a.event(got["events"][0]["id"])).acknowledged_at is not None
+            await invoke("set_state", {"key": "k", "value_json": "[1]", "if_revision": 0})
+            assert (await invoke("get_state", {"key": "k"}))["value"] == [1]
+            asked = await invoke("ask_person", {"title": "Ship?", "body": None, "options": None})
+
+            async def person() -> None:
+                await asyncio.sleep(0.5)
+                async with httpx.AsyncClient() as h:
+                    answer = {"choice": "Approve", "comment": "yes, ship it"}
+                    r = await h.post(asked["url"], data=answer)
+                    assert r.status_code == 303
+
+            answered, _ = await asyncio.gather(
+                invoke(
+                    "wait_for_answer",
+                    {"request_id": asked["request_id"], "timeout_seconds": 20},
+                ),
+                person(),
+            )
+            assert answered["status"] == "answered"
+            assert answered["answer"] | {"answered_at": None} == {
+                "choice": "Approve",
+                "comment": "yes, ship it",
+                "answered_at": None,
+            }
+            assert token not in json.dumps(results)
+
+    asyncio.run(main())
+
+
+def test_langgraph_async_graph_resumes_with_the_persons_answer(server: Any) -> None:
+    """An async graph: aask_person in an async node, arun waiting on the feed while a task of
+    the same loop answers on the request's page."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, StateGraph
+
+    from agentaddress_client.langgraph import aask_person, arun
+
+    class S(TypedDict, total=False):
+        build: int
+        decision: str
+
+    async def main() -> None:
+        async with AsyncClient(server.base) as c:
+            a = await c.create_address(name="async graph")
+            runs: list[int] = []
+
+            async def approve(state: S) -> S:
+                runs.append(state["build"])
+                answer = await aask_person(
+                    a, f"Deploy build {state['build']}?", options=["Deploy", "Hold"]
+                )
+                return {"decision": answer["choice"]}
+
+            builder = StateGraph(S)
+            builder.add_node("approve", approve)
+            builder.add_edge(START, "approve")
+            builder.add_edge("approve", END)
+            graph = builder.compile(checkpointer=InMemorySaver())
+            config: Any = {"configurable": {"thread_id": "async-1"}}
+
+            async def person() -> None:
+                async with httpx.AsyncClient() as h:
+                    for _ in range(200):
+                        state = await graph.aget_state(config)
+                        if state.interrupts:
+                            url = state.interrupts[0].value["agentaddress_request"]["url"]
+                            r = await h.post(url, data={"choice": "Deploy"})
+                            assert r.status_code == 303
+                            return
+                        await asyncio.sleep(0.1)
+                raise AssertionError("the graph never asked")
+
+            final, _ = await asyncio.gather(
+                arun(graph, {"build": 9}, config, a, timeout=30), person()
+            )
+            assert final["decision"] == "Deploy"
+            assert runs == [9, 9]  # ran again on resume, and asked once:
+            page = await a.poll(after=0)
+            assert [e.type for e in page.events].count("request.answered") == 1
+
+    asyncio.run(main())
