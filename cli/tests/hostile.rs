@@ -550,8 +550,8 @@ async fn a_hundred_slow_readers_of_4_mb_pages_stay_within_a_memory_bound() {
     );
 
     // Every reader gets a whole page, in order from the first event; cut pages say has_more.
-    // The readers now read at once, as a hundred clients would: draining them one after another
-    // from this one task made the last ones outwait the server's memory wait on a busy machine.
+    // They read at once, as a hundred clients would: drained one after another from this one
+    // task, the last would outwait the server's 10 s memory wait (a 503) on a busy machine.
     let answers = futures::future::join_all(
         readers
             .into_iter()
