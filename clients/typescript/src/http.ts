@@ -125,7 +125,8 @@ export class Transport {
       headers["content-type"] = "application/json; charset=utf-8";
     }
     if (init.token !== undefined) headers.authorization = `Bearer ${init.token}`;
-    const timeout = AbortSignal.timeout((this.requestTimeoutSeconds + (init.waitSeconds ?? 0)) * 1000);
+    // AbortSignal.timeout takes whole milliseconds (a fraction is a RangeError); waits may be fractional.
+    const timeout = AbortSignal.timeout(Math.ceil((this.requestTimeoutSeconds + (init.waitSeconds ?? 0)) * 1000));
     const signal = init.signal ? AbortSignal.any([init.signal, timeout]) : timeout;
     let response: Response;
     let text: string;

@@ -71,6 +71,17 @@ test("a long poll is woken by a delivery", async () => {
   assert.ok(Date.now() - started < 5000);
 });
 
+test("fractional waits (as waitForAnswer computes from its deadline) are waited on", async () => {
+  const address = await client.createAddress();
+  const started = Date.now();
+  const page = await address.poll({ wait: 0.3333 });
+  assert.deepEqual(page.events, []);
+  assert.ok(Date.now() - started >= 300, "the server waited the fraction");
+  const asked = await address.ask("Fraction?");
+  const request = await address.request(asked.id, { wait: 0.2501 });
+  assert.equal(request.status, "open");
+});
+
 test("events() iterates in order, each once, and stops on abort mid-poll", async () => {
   const address = await client.createAddress();
   for (let i = 0; i < 5; i++) await client.deliver(address.inboxUrl, { type: "n", data: { i } });
